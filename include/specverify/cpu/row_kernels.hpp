@@ -1,0 +1,174 @@
+// CPU row work with xsimd: row maximum and argmax, and the inverse-CDF draw over nonnegative
+// weights (the residual max(p - q, 0), or p itself). Each kernel reads its rows once, validates
+// every value it reads, and never writes a normalised copy.
+//
+// Kernels are templates over an xsimd architecture with one generic body; the default is the best
+// instruction set the caller's compile flags enable (-march=native: AVX-512 on our machines).
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+
+namespace specverify::cpu {
+
+using DefaultArch = xsimd::default_arch;
+
+/// A probability is valid when finite and nonnegative; NaN fails both comparisons.
+inline bool valid_probability(float v) { return v >= 0.0f && v <= FLT_MAX; }
+
+template <class Arch>
+inline xsimd::batch_bool<float, Arch> valid_probability(const xsimd::batch<float, Arch>& v) {
+  return (v >= xsimd::batch<float, Arch>(0.0f)) & (v <= xsimd::batch<float, Arch>(FLT_MAX));
+}
+
+/// A row pass's result: the value, and whether every element read was a valid probability.
+template <class T>
+struct Checked {
+  T value{};
+  bool ok = true;
+};
+
+template <class Arch = DefaultArch>
+Checked<float> row_max(const float* p, std::int32_t n) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr std::int32_t W = B::size;
+  B m(0.0f);
+  auto ok = B(0.0f) == B(0.0f);
+  std::int32_t i = 0;
+  for (; i + W <= n; i += W) {
+    const B v = B::load_unaligned(p + i);
+    ok = ok & valid_probability(v);
+    m = xsimd::max(m, v);
+  }
+  alignas(64) float lanes[W];
+  m.store_aligned(lanes);
+  Checked<float> r{*std::max_element(lanes, lanes + W), xsimd::all(ok)};
+  for (; i < n; ++i) {
+    r.ok = r.ok && valid_probability(p[i]);
+    r.value = std::max(r.value, p[i]);
+  }
+  return r;
+}
+
+/// Lowest index holding max p. A row without mass has no argmax: value is -1.
+template <class Arch = DefaultArch>
+Checked<std::int32_t> row_argmax(const float* p, std::int32_t n) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr std::int32_t W = B::size;
+  const Checked<float> m = row_max<Arch>(p, n);
+  if (!m.ok || !(m.value > 0.0f)) return {-1, m.ok};
+  const B target(m.value);
+  std::int32_t i = 0;
+  for (; i + W <= n; i += W) {
+    if (xsimd::any(B::load_unaligned(p + i) == target)) break;
+  }
+  for (; i < n; ++i) {
+    if (p[i] == m.value) return {i, true};
+  }
+  return {-1, true};  // unreachable: the max was read from this row
+}
+
+/// Weights for a draw. `residual` reads w = max(p - q, 0); a one-hot draft (q == nullptr) is
+/// q = e_x, so w = p except w_x = max(p_x - 1, 0). `target` reads w = p.
+struct Weights {
+  const float* p{};
+  const float* q{};            // nullptr: one-hot at x (residual) or no draft at all (target)
+  std::int32_t x = -1;         // the rejected draft for a one-hot residual, else -1
+  std::int32_t n = 0;
+
+  static Weights target(const float* p, std::int32_t n) { return {p, nullptr, -1, n}; }
+  static Weights residual(const float* p, const float* q, std::int32_t x, std::int32_t n) {
+    return {p, q, q ? -1 : x, n};
+  }
+
+  float at(std::int32_t i) const {
+    if (q) return std::max(p[i] - q[i], 0.0f);
+    return i == x ? std::max(p[i] - 1.0f, 0.0f) : p[i];
+  }
+  bool valid(std::int32_t i) const {
+    return valid_probability(p[i]) && (!q || valid_probability(q[i]));
+  }
+};
+
+/// Elements per chunk of the two-level draw: at least 1024 and at most 256 chunks per row, so the
+/// chunk sums live on the stack and the rescan touches one short, cache-hot stretch.
+inline constexpr std::int32_t kMaxChunks = 256;
+inline std::int32_t chunk_length(std::int32_t n) {
+  const std::int32_t even = (n + kMaxChunks - 1) / kMaxChunks;
+  return std::max<std::int32_t>(1024, (even + 63) / 64 * 64);
+}
+
+/// Inverse-CDF draw: the smallest i with w_0 + ... + w_i > u * sum(w), u in [0, 1).
+/// One pass sums the weights per chunk (float lanes, chunk totals in double); the chunk holding the
+/// crossing is then rescanned in order. Returns -1 when sum(w) == 0 (the caller decides what that
+/// means); any index returned has w_i > 0, so it is always in [0, n).
+template <class Arch = DefaultArch>
+Checked<std::int32_t> draw(const Weights& w, float u) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr std::int32_t W = B::size;
+  const std::int32_t chunk = chunk_length(w.n);
+  double sums[kMaxChunks];
+  double total = 0.0;
+  auto ok = B(0.0f) == B(0.0f);
+  bool ok_tail = true;
+  const B zero(0.0f);
+  std::int32_t chunks = 0;
+  for (std::int32_t begin = 0; begin < w.n; begin += chunk, ++chunks) {
+    const std::int32_t end = std::min(w.n, begin + chunk);
+    B acc(0.0f);
+    std::int32_t i = begin;
+    if (w.q) {
+      for (; i + W <= end; i += W) {
+        const B p = B::load_unaligned(w.p + i), q = B::load_unaligned(w.q + i);
+        ok = ok & valid_probability(p) & valid_probability(q);
+        acc += xsimd::max(p - q, zero);
+      }
+    } else {
+      for (; i + W <= end; i += W) {
+        const B p = B::load_unaligned(w.p + i);
+        ok = ok & valid_probability(p);
+        acc += p;
+      }
+    }
+    double s = xsimd::hadd(acc);
+    for (; i < end; ++i) {
+      ok_tail = ok_tail && w.valid(i);
+      s += w.at(i);
+    }
+    if (w.x >= begin && w.x < end && valid_probability(w.p[w.x])) {
+      s += static_cast<double>(w.at(w.x)) - w.p[w.x];  // one-hot residual: w_x replaces p_x
+      s = std::max(s, 0.0);
+    }
+    sums[chunks] = s;
+    total += s;
+  }
+  if (!xsimd::all(ok) || !ok_tail) return {-1, false};
+  if (!(total > 0.0)) return {-1, true};
+
+  const double threshold = static_cast<double>(u) * total;
+  double before = 0.0;
+  std::int32_t c = 0;
+  while (c + 1 < chunks && !(before + sums[c] > threshold)) before += sums[c++];
+  const std::int32_t begin = c * chunk, end = std::min(w.n, begin + chunk);
+  std::int32_t last_positive = -1;
+  for (std::int32_t i = begin; i < end; ++i) {
+    const float wi = w.at(i);
+    if (wi > 0.0f) {
+      before += wi;
+      last_positive = i;
+      if (before > threshold) return {i, true};
+    }
+  }
+  // The float lane sums and this ordered rescan round differently; at that knife edge the crossing
+  // lies at the chunk's last positive weight. A chunk chosen with zero mass cannot happen unless
+  // rounding made every later chunk empty too, so search back for the last positive weight.
+  for (std::int32_t i = begin - 1; last_positive < 0 && i >= 0; --i) {
+    if (w.at(i) > 0.0f) last_positive = i;
+  }
+  return {last_positive, true};
+}
+
+}  // namespace specverify::cpu

@@ -1,0 +1,58 @@
+// The public layout types of API.md: what an engine hands to verify() and what it gets back.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace specverify {
+
+inline constexpr std::int32_t kNoToken = -1;
+
+/// A batch of draft chains with their target rows p and (optionally) draft rows q.
+/// Sequence b drafted k_b = draft_offsets[b+1] - draft_offsets[b] tokens and owns the k_b + 1
+/// target rows starting at draft_offsets[b] + b; the last of them is its bonus row.
+template <class Prob = float>
+struct ChainBatch {
+  std::int32_t batch_size = 0;
+  std::int32_t vocab_size = 0;
+  const std::int32_t* draft_offsets{};
+  const std::int32_t* draft_tokens{};
+  const Prob* target_probs{};
+  const Prob* draft_probs{};  // nullptr: q is one-hot on the drafted token
+  std::int64_t target_stride = 0;  // 0 means vocab_size
+  std::int64_t draft_stride = 0;   // 0 means vocab_size
+  const float* target_row_max{};   // optional max_v p(v) per target row
+};
+
+/// Where verify() writes: per sequence n_b accepted drafts, exactly one more token, then kNoToken.
+struct ChainOutput {
+  std::int32_t* tokens{};
+  std::int32_t row_width = 0;
+  std::int32_t* num_accepted{};
+};
+
+/// Seeds and optional caller uniforms. Advance `offset` between steps (any new value gives fresh
+/// uniforms: the offset is part of the Philox counter, not a count of draws).
+struct Randomness {
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  const std::uint64_t* sequence_seeds{};
+  const float* accept_uniforms{};
+  const float* sample_uniforms{};
+};
+
+struct VerifyStats {
+  std::int64_t drafted = 0;         // positions offered: sum of k_b
+  std::int64_t accepted = 0;        // sum of n_b
+  std::int64_t relaxed = 0;         // accepted only through a lossy path
+  std::int64_t target_checked = 0;  // positions whose decision consulted p
+};
+
+/// Bad input. Thrown before any output is written; the message names sequence, position and value.
+class invalid_input : public std::invalid_argument {
+ public:
+  explicit invalid_input(const std::string& what) : std::invalid_argument(what) {}
+};
+
+}  // namespace specverify
