@@ -44,6 +44,8 @@ struct RowStats {
   bool entropy = false;     // H(p) = -sum p log p
   bool divergence = false;  // D(p, q) of the kind below
   Divergence kind = Divergence::tv;
+
+  SPECVERIFY_HD bool any() const { return max || argmax || entropy || divergence; }
 };
 
 /// Everything a rule decides with at one draft position.

@@ -24,6 +24,14 @@ inline xsimd::batch_bool<float, Arch> valid_probability(const xsimd::batch<float
   return (v >= xsimd::batch<float, Arch>(0.0f)) & (v <= xsimd::batch<float, Arch>(FLT_MAX));
 }
 
+/// max(a, b) lane by lane. Not xsimd::max: g++ 12 reports a false -Wmaybe-uninitialized inside
+/// its AVX-512 intrinsic (_mm512_undefined_ps), which users building with -Werror would inherit.
+template <class Arch>
+inline xsimd::batch<float, Arch> lane_max(const xsimd::batch<float, Arch>& a,
+                                          const xsimd::batch<float, Arch>& b) {
+  return xsimd::select(a > b, a, b);
+}
+
 /// A row pass's result: the value, and whether every element read was a valid probability.
 template <class T>
 struct Checked {
@@ -41,7 +49,7 @@ Checked<float> row_max(const float* p, std::int32_t n) {
   for (; i + W <= n; i += W) {
     const B v = B::load_unaligned(p + i);
     ok = ok & valid_probability(v);
-    m = xsimd::select(v > m, v, m);  // not xsimd::max: g++ 12 warns inside its AVX-512 intrinsic
+    m = lane_max(m, v);
   }
   alignas(64) float lanes[W];
   m.store_aligned(lanes);
@@ -84,10 +92,9 @@ struct Weights {
     return {p, q, q ? -1 : x, n};
   }
 
-  float at(std::int32_t i) const {
-    if (q) return std::max(p[i] - q[i], 0.0f);
-    return i == x ? std::max(p[i] - 1.0f, 0.0f) : p[i];
-  }
+  /// w_i before the one-hot override: what the vector pass sums.
+  float base(std::int32_t i) const { return q ? std::max(p[i] - q[i], 0.0f) : p[i]; }
+  float at(std::int32_t i) const { return i == x ? std::max(p[i] - 1.0f, 0.0f) : base(i); }
   bool valid(std::int32_t i) const {
     return valid_probability(p[i]) && (!q || valid_probability(q[i]));
   }
@@ -124,7 +131,7 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
       for (; i + W <= end; i += W) {
         const B p = B::load_unaligned(w.p + i), q = B::load_unaligned(w.q + i);
         ok = ok & valid_probability(p) & valid_probability(q);
-        acc += xsimd::max(p - q, zero);
+        acc += lane_max(p - q, zero);
       }
     } else {
       for (; i + W <= end; i += W) {
@@ -136,7 +143,7 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
     double s = xsimd::hadd(acc);
     for (; i < end; ++i) {
       ok_tail = ok_tail && w.valid(i);
-      s += w.at(i);
+      s += w.base(i);
     }
     if (w.x >= begin && w.x < end && valid_probability(w.p[w.x])) {
       s += static_cast<double>(w.at(w.x)) - w.p[w.x];  // one-hot residual: w_x replaces p_x

@@ -1,0 +1,9 @@
+// specverify: speculative-decoding verification rules on one generic verify-and-resample core.
+// Umbrella header for the host: layout types, rules, randomness, CPU verify.
+#pragma once
+
+#include "specverify/cpu/verify.hpp"
+#include "specverify/philox.hpp"
+#include "specverify/rule.hpp"
+#include "specverify/rules/standard.hpp"
+#include "specverify/types.hpp"
