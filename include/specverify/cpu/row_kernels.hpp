@@ -24,7 +24,7 @@ inline xsimd::batch_bool<float, Arch> valid_probability(const xsimd::batch<float
   return (v >= xsimd::batch<float, Arch>(0.0f)) & (v <= xsimd::batch<float, Arch>(FLT_MAX));
 }
 
-/// max(a, b) lane by lane. Not xsimd::max: g++ 12 reports a false -Wmaybe-uninitialized inside
+/// max(a, b) lane by lane. Not xsimd::max: g++ 12 (-O2, AVX-512) reports a false -Wmaybe-uninitialized inside
 /// its AVX-512 intrinsic (_mm512_undefined_ps), which users building with -Werror would inherit.
 template <class Arch>
 inline xsimd::batch<float, Arch> lane_max(const xsimd::batch<float, Arch>& a,
@@ -104,17 +104,41 @@ struct Weights {
 /// chunk sums live on the stack and the rescan touches one short, cache-hot stretch.
 inline constexpr std::int32_t kMaxChunks = 256;
 inline std::int32_t chunk_length(std::int32_t n) {
-  const std::int32_t even = (n + kMaxChunks - 1) / kMaxChunks;
-  return std::max<std::int32_t>(1024, (even + 63) / 64 * 64);
+  const std::int64_t even = (std::int64_t{n} + kMaxChunks - 1) / kMaxChunks;
+  return static_cast<std::int32_t>(std::max<std::int64_t>(1024, (even + 63) / 64 * 64));
+}
+
+/// Adds the float lanes of w into two double accumulators. Weights are summed in double so that
+/// the chunk sums and the ordered rescan agree to ~1e-16: float lanes would shift u * sum(w) by
+/// ~1e-7 of the mass, enough to move a draw near the end of a heavy-tailed row.
+template <class Arch>
+inline void accumulate_wide(xsimd::batch<double, Arch>& lo, xsimd::batch<double, Arch>& hi,
+                            const xsimd::batch<float, Arch>& w) {
+  using D = xsimd::batch<double, Arch>;
+  alignas(64) float lanes[xsimd::batch<float, Arch>::size];
+  w.store_aligned(lanes);
+  lo += D::load_aligned(lanes);
+  hi += D::load_aligned(lanes + D::size);
+}
+
+/// Sum of the lanes, in lane order. Not xsimd::hadd: g++ 12's false warning again (AVX-512 extract).
+template <class Arch>
+inline double lane_sum(const xsimd::batch<double, Arch>& v) {
+  alignas(64) double lanes[xsimd::batch<double, Arch>::size];
+  v.store_aligned(lanes);
+  double s = 0.0;
+  for (double lane : lanes) s += lane;
+  return s;
 }
 
 /// Inverse-CDF draw: the smallest i with w_0 + ... + w_i > u * sum(w), u in [0, 1).
-/// One pass sums the weights per chunk (float lanes, chunk totals in double); the chunk holding the
-/// crossing is then rescanned in order. Returns -1 when sum(w) == 0 (the caller decides what that
-/// means); any index returned has w_i > 0, so it is always in [0, n).
+/// One pass sums the weights per chunk (in double); the chunk holding the crossing is then
+/// rescanned in order. Returns -1 when sum(w) == 0 (the caller decides what that means); any index
+/// returned has w_i > 0, so it is always in [0, n).
 template <class Arch = DefaultArch>
 Checked<std::int32_t> draw(const Weights& w, float u) {
   using B = xsimd::batch<float, Arch>;
+  using D = xsimd::batch<double, Arch>;
   constexpr std::int32_t W = B::size;
   const std::int32_t chunk = chunk_length(w.n);
   double sums[kMaxChunks];
@@ -124,23 +148,23 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
   const B zero(0.0f);
   std::int32_t chunks = 0;
   for (std::int32_t begin = 0; begin < w.n; begin += chunk, ++chunks) {
-    const std::int32_t end = std::min(w.n, begin + chunk);
-    B acc(0.0f);
+    const std::int32_t end = w.n - begin > chunk ? begin + chunk : w.n;
+    D lo(0.0), hi(0.0);
     std::int32_t i = begin;
     if (w.q) {
       for (; i + W <= end; i += W) {
         const B p = B::load_unaligned(w.p + i), q = B::load_unaligned(w.q + i);
         ok = ok & valid_probability(p) & valid_probability(q);
-        acc += lane_max(p - q, zero);
+        accumulate_wide(lo, hi, lane_max(p - q, zero));
       }
     } else {
       for (; i + W <= end; i += W) {
         const B p = B::load_unaligned(w.p + i);
         ok = ok & valid_probability(p);
-        acc += p;
+        accumulate_wide(lo, hi, p);
       }
     }
-    double s = xsimd::hadd(acc);
+    double s = lane_sum(lo + hi);
     for (; i < end; ++i) {
       ok_tail = ok_tail && w.valid(i);
       s += w.base(i);
@@ -169,7 +193,7 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
       if (before > threshold) return {i, true};
     }
   }
-  // The float lane sums and this ordered rescan round differently; at that knife edge the crossing
+  // The lane sums and this ordered rescan round differently in the last bits; at that edge the crossing
   // lies at the chunk's last positive weight. A chunk chosen with zero mass cannot happen unless
   // rounding made every later chunk empty too, so search back for the last positive weight.
   for (std::int32_t i = begin - 1; last_positive < 0 && i >= 0; --i) {
