@@ -19,16 +19,15 @@ using DefaultArch = xsimd::default_arch;
 /// A probability is valid when finite and nonnegative; NaN fails both comparisons.
 inline bool valid_probability(float v) { return v >= 0.0f && v <= FLT_MAX; }
 
-template <class Arch>
-inline xsimd::batch_bool<float, Arch> valid_probability(const xsimd::batch<float, Arch>& v) {
-  return (v >= xsimd::batch<float, Arch>(0.0f)) & (v <= xsimd::batch<float, Arch>(FLT_MAX));
+template <class T, class Arch>
+inline xsimd::batch_bool<T, Arch> valid_probability(const xsimd::batch<T, Arch>& v) {
+  return (v >= xsimd::batch<T, Arch>(T(0))) & (v <= xsimd::batch<T, Arch>(T(FLT_MAX)));
 }
 
 /// max(a, b) lane by lane. Not xsimd::max: g++ 12 (-O2, AVX-512) reports a false -Wmaybe-uninitialized inside
 /// its AVX-512 intrinsic (_mm512_undefined_ps), which users building with -Werror would inherit.
-template <class Arch>
-inline xsimd::batch<float, Arch> lane_max(const xsimd::batch<float, Arch>& a,
-                                          const xsimd::batch<float, Arch>& b) {
+template <class T, class Arch>
+inline xsimd::batch<T, Arch> lane_max(const xsimd::batch<T, Arch>& a, const xsimd::batch<T, Arch>& b) {
   return xsimd::select(a > b, a, b);
 }
 
@@ -92,9 +91,12 @@ struct Weights {
     return {p, q, q ? -1 : x, n};
   }
 
-  /// w_i before the one-hot override: what the vector pass sums.
-  float base(std::int32_t i) const { return q ? std::max(p[i] - q[i], 0.0f) : p[i]; }
-  float at(std::int32_t i) const { return i == x ? std::max(p[i] - 1.0f, 0.0f) : base(i); }
+  /// w_i before the one-hot override: what the vector pass sums. Weights live in double, where
+  /// p - q of two floats is (nearly always) exact.
+  double base(std::int32_t i) const {
+    return q ? std::max(double{p[i]} - q[i], 0.0) : double{p[i]};
+  }
+  double at(std::int32_t i) const { return i == x ? std::max(double{p[i]} - 1.0, 0.0) : base(i); }
   bool valid(std::int32_t i) const {
     return valid_probability(p[i]) && (!q || valid_probability(q[i]));
   }
@@ -108,19 +110,6 @@ inline std::int32_t chunk_length(std::int32_t n) {
   return static_cast<std::int32_t>(std::max<std::int64_t>(1024, (even + 63) / 64 * 64));
 }
 
-/// Adds the float lanes of w into two double accumulators. Weights are summed in double so that
-/// the chunk sums and the ordered rescan agree to ~1e-16: float lanes would shift u * sum(w) by
-/// ~1e-7 of the mass, enough to move a draw near the end of a heavy-tailed row.
-template <class Arch>
-inline void accumulate_wide(xsimd::batch<double, Arch>& lo, xsimd::batch<double, Arch>& hi,
-                            const xsimd::batch<float, Arch>& w) {
-  using D = xsimd::batch<double, Arch>;
-  alignas(64) float lanes[xsimd::batch<float, Arch>::size];
-  w.store_aligned(lanes);
-  lo += D::load_aligned(lanes);
-  hi += D::load_aligned(lanes + D::size);
-}
-
 /// Sum of the lanes, in lane order. Not xsimd::hadd: g++ 12's false warning again (AVX-512 extract).
 template <class Arch>
 inline double lane_sum(const xsimd::batch<double, Arch>& v) {
@@ -132,45 +121,46 @@ inline double lane_sum(const xsimd::batch<double, Arch>& v) {
 }
 
 /// Inverse-CDF draw: the smallest i with w_0 + ... + w_i > u * sum(w), u in [0, 1).
-/// One pass sums the weights per chunk (in double); the chunk holding the crossing is then
-/// rescanned in order. Returns -1 when sum(w) == 0 (the caller decides what that means); any index
-/// returned has w_i > 0, so it is always in [0, n).
+/// One pass sums the weights per chunk; the chunk holding the crossing is then
+/// rescanned in order. Rows are read as floats and summed in double lanes, so the chunk sums and
+/// the ordered rescan agree to ~1e-16: float sums would move u * sum(w) by ~1e-7 of the mass,
+/// enough to shift a draw near the end of a heavy-tailed row. Returns -1 when sum(w) == 0 (the
+/// caller decides what that means); any index returned has w_i > 0, so it is in [0, n).
 template <class Arch = DefaultArch>
 Checked<std::int32_t> draw(const Weights& w, float u) {
-  using B = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
-  constexpr std::int32_t W = B::size;
+  constexpr std::int32_t W = D::size;
   const std::int32_t chunk = chunk_length(w.n);
   double sums[kMaxChunks];
   double total = 0.0;
-  auto ok = B(0.0f) == B(0.0f);
+  auto ok = D(0.0) == D(0.0);
   bool ok_tail = true;
-  const B zero(0.0f);
+  const D zero(0.0);
   std::int32_t chunks = 0;
   for (std::int32_t begin = 0; begin < w.n; begin += chunk, ++chunks) {
     const std::int32_t end = w.n - begin > chunk ? begin + chunk : w.n;
-    D lo(0.0), hi(0.0);
+    D acc(0.0);
     std::int32_t i = begin;
     if (w.q) {
       for (; i + W <= end; i += W) {
-        const B p = B::load_unaligned(w.p + i), q = B::load_unaligned(w.q + i);
+        const D p = D::load_unaligned(w.p + i), q = D::load_unaligned(w.q + i);
         ok = ok & valid_probability(p) & valid_probability(q);
-        accumulate_wide(lo, hi, lane_max(p - q, zero));
+        acc += lane_max(p - q, zero);
       }
     } else {
       for (; i + W <= end; i += W) {
-        const B p = B::load_unaligned(w.p + i);
+        const D p = D::load_unaligned(w.p + i);
         ok = ok & valid_probability(p);
-        accumulate_wide(lo, hi, p);
+        acc += p;
       }
     }
-    double s = lane_sum(lo + hi);
+    double s = lane_sum(acc);
     for (; i < end; ++i) {
       ok_tail = ok_tail && w.valid(i);
       s += w.base(i);
     }
     if (w.x >= begin && w.x < end && valid_probability(w.p[w.x])) {
-      s += static_cast<double>(w.at(w.x)) - w.p[w.x];  // one-hot residual: w_x replaces p_x
+      s += w.at(w.x) - w.p[w.x];  // one-hot residual: w_x replaces p_x
       s = std::max(s, 0.0);
     }
     sums[chunks] = s;
@@ -186,8 +176,8 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
   const std::int32_t begin = c * chunk, end = std::min(w.n, begin + chunk);
   std::int32_t last_positive = -1;
   for (std::int32_t i = begin; i < end; ++i) {
-    const float wi = w.at(i);
-    if (wi > 0.0f) {
+    const double wi = w.at(i);
+    if (wi > 0.0) {
       before += wi;
       last_positive = i;
       if (before > threshold) return {i, true};
@@ -197,7 +187,7 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
   // lies at the chunk's last positive weight. A chunk chosen with zero mass cannot happen unless
   // rounding made every later chunk empty too, so search back for the last positive weight.
   for (std::int32_t i = begin - 1; last_positive < 0 && i >= 0; --i) {
-    if (w.at(i) > 0.0f) last_positive = i;
+    if (w.at(i) > 0.0) last_positive = i;
   }
   return {last_positive, true};
 }

@@ -1,0 +1,71 @@
+// Synthetic LLM-like batches for benchmarks: heavy-tailed target logits, a draft that is the
+// target's logits plus Gaussian noise of a chosen size (its misalignment).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "specverify/specverify.hpp"
+
+namespace specverify::bench {
+
+/// A batch of B chains of K drafts each over V, with owned storage.
+struct SyntheticBatch {
+  std::int32_t B, K, V;
+  std::vector<std::int32_t> offsets, tokens, out_tokens, accepted;
+  std::vector<float> p, q;
+
+  ChainBatch<float> batch() const {
+    return ChainBatch<float>{B, V, offsets.data(), tokens.data(), p.data(), q.data()};
+  }
+  ChainOutput output() { return ChainOutput{out_tokens.data(), K + 1, accepted.data()}; }
+
+  /// Bytes of the row pair (p, q) at position j of every chain: what a residual draw there reads.
+  std::int64_t row_pair_bytes() const { return std::int64_t{B} * V * 2 * sizeof(float); }
+};
+
+inline void softmax_into(const std::vector<float>& logits, float* out) {
+  const float top = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) sum += out[i] = std::exp(logits[i] - top);
+  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(out[i] / sum);
+}
+
+/// `misalignment` is the standard deviation of the noise added to the target's logits to make
+/// the draft's; 0 gives q == p. When `reject_first`, p(x) = 0 at every chain's first draft, so
+/// every chain is rejected there and goes through the residual draw.
+inline SyntheticBatch make_batch(std::int32_t B, std::int32_t K, std::int32_t V,
+                                 double misalignment, bool reject_first, std::uint64_t seed) {
+  SyntheticBatch s{B, K, V, {}, {}, {}, {}, {}, {}};
+  std::mt19937_64 rng(seed);
+  std::student_t_distribution<float> heavy(3.0f);
+  std::normal_distribution<float> noise(0.0f, static_cast<float>(misalignment));
+  s.p.resize(std::size_t(B) * (K + 1) * V);
+  s.q.resize(std::size_t(B) * K * V);
+  std::vector<float> logits(static_cast<std::size_t>(V)), draft_logits(static_cast<std::size_t>(V));
+  for (std::int32_t b = 0; b < B; ++b) {
+    s.offsets.push_back(b * K);
+    for (std::int32_t j = 0; j <= K; ++j) {
+      for (auto& l : logits) l = heavy(rng);
+      float* p = s.p.data() + (std::size_t(b) * (K + 1) + j) * V;
+      softmax_into(logits, p);
+      if (j == K) break;
+      for (std::int32_t v = 0; v < V; ++v) draft_logits[v] = logits[v] + noise(rng);
+      float* q = s.q.data() + (std::size_t(b) * K + j) * V;
+      softmax_into(draft_logits, q);
+      std::discrete_distribution<std::int32_t> draft(q, q + V);
+      const std::int32_t x = draft(rng);
+      s.tokens.push_back(x);
+      if (reject_first && j == 0) p[x] = 0.0f;
+    }
+  }
+  s.offsets.push_back(B * K);
+  s.out_tokens.resize(std::size_t(B) * (K + 1));
+  s.accepted.resize(std::size_t(B));
+  return s;
+}
+
+}  // namespace specverify::bench
