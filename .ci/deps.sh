@@ -1,0 +1,14 @@
+#!/bin/sh
+# Installs the Debian packages specverify's build, tests and benchmarks need, if any is missing.
+set -e
+packages="cmake g++ libxsimd-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev"
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "installing:$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends $missing
+fi
