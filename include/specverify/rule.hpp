@@ -77,11 +77,19 @@ struct Decision {
   SPECVERIFY_HD static Decision exact(bool accepted) { return {accepted, false, true}; }
 };
 
-/// A parameter or per-draft input that is out of range: `what` names it, `value` is what was seen.
+/// A parameter or per-draft input that is out of range: `what` names it, `value` is what was seen
+/// (absent for a missing pointer).
 struct Problem {
   const char* what = nullptr;
   double value = 0;
+  bool has_value = true;
+
   explicit operator bool() const { return what != nullptr; }
+  static Problem missing(const char* pointer) { return {pointer, 0, false}; }
+  /// {what, value} unless lo <= value <= hi (NaN is out of every range).
+  static Problem unless_within(const char* what, double value, double lo, double hi) {
+    return value >= lo && value <= hi ? Problem{} : Problem{what, value};
+  }
 };
 
 namespace detail {

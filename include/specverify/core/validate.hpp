@@ -62,7 +62,8 @@ void validate(const Rule& rule, const ChainBatch<Prob>& batch, const Randomness&
   if (B < 0) reject("batch_size = ", B, " must be >= 0");
   if (batch.vocab_size < 1) reject("vocab_size = ", batch.vocab_size, " must be >= 1");
   if (const Problem problem = rule_traits<Rule>::check(rule)) {
-    reject("rule parameter ", problem.what, " = ", problem.value);
+    if (problem.has_value) reject("rule parameter ", problem.what, " = ", problem.value, " is out of range");
+    reject("rule parameter ", problem.what, " is null");
   }
   if (B == 0) return;
   if (!batch.draft_offsets) reject("draft_offsets is null");
@@ -114,7 +115,8 @@ void validate(const Rule& rule, const ChainBatch<Prob>& batch, const Randomness&
       reject("sequence ", b, ", position ", j, ": accept uniform ", randomness.accept_uniforms[g],
              " is outside [0, 1)");
     }
-    reject("sequence ", b, ", position ", j, ": ", problem.what, " = ", problem.value);
+    reject("sequence ", b, ", position ", j, ": ", problem.what, " = ", problem.value,
+           " is out of range");
   }
 }
 

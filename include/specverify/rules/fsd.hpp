@@ -1,0 +1,51 @@
+// Fuzzy Speculative Decoding (Holsman et al.): accept while the target and draft distributions
+// are close, D(p, q) <= threshold; and its reducible form, which adds the lossless test.
+#pragma once
+
+#include "specverify/rule.hpp"
+
+namespace specverify {
+
+/// Accept x iff p(x) > 0 and D(p, q) <= threshold (inclusive, as the authors' code); a
+/// deterministic decision. On rejection the extra token comes from p. The FSD release computes D
+/// on temperature-1 distributions while sampling from the warped p: pass the rows you want D on.
+struct Fsd {
+  Divergence divergence = Divergence::js;
+  float threshold = 0;
+
+  static constexpr Draw on_reject = Draw::target;
+  SPECVERIFY_HD RowStats stats() const {
+    RowStats s;
+    s.divergence = true;
+    s.kind = divergence;
+    return s;
+  }
+  SPECVERIFY_HD Decision decide(const Position& at) const {
+    const bool close = at.p_x > 0.0f && at.divergence <= threshold;
+    return {close, close, true};
+  }
+  Problem check() const { return Problem::unless_within("threshold", threshold, 0.0, 3.4e38); }
+};
+
+/// rFSD: accept x iff (p(x) > 0 and D(p, q) < threshold) or the Standard test passes; on
+/// rejection draw from the residual. Threshold 0 is exactly Standard.
+struct ReducibleFsd {
+  Divergence divergence = Divergence::js;
+  float threshold = 0;
+
+  static constexpr Draw on_reject = Draw::residual;
+  SPECVERIFY_HD RowStats stats() const {
+    RowStats s;
+    s.divergence = true;
+    s.kind = divergence;
+    return s;
+  }
+  SPECVERIFY_HD Decision decide(const Position& at) const {
+    if (Decision::standard_test(at)) return Decision::exact(true);
+    const bool close = at.p_x > 0.0f && at.divergence < threshold;
+    return {close, close, true};
+  }
+  Problem check() const { return Problem::unless_within("threshold", threshold, 0.0, 3.4e38); }
+};
+
+}  // namespace specverify
