@@ -51,8 +51,9 @@ LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
   using I = xsimd::batch<std::int32_t, Arch>;
   // A subnormal x is its bit pattern times 2^-149: converting that integer is exact and, unlike
   // scaling by a power of 2, costs no microcode assist (a multiply with a subnormal input does).
-  const I raw = xsimd::bitwise_cast<I>(x);
-  const I bits = xsimd::select(raw < I(0x00800000), xsimd::bitwise_cast<I>(xsimd::to_float(raw)), raw);
+  const auto subnormal = x < B(FLT_MIN);
+  const I bits = xsimd::bitwise_cast<I>(
+      xsimd::select(subnormal, xsimd::to_float(xsimd::bitwise_cast<I>(x)), x));
   // Subtracting the bits of sqrt(1/2) makes the exponent field of `offset` the k that puts m in
   // [sqrt(1/2), sqrt(2)); taking those k out of x's bits leaves m's bits.
   const I offset = bits - I(0x3f3504f3);
@@ -70,7 +71,7 @@ LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
   poly = xsimd::fma(poly, f, B(-2.4999993993e-1f));
   poly = xsimd::fma(poly, f, B(3.3333331174e-1f));
   const B y = xsimd::fma(z * f, poly, B(-0.5f) * z);  // -f^2/2 + f^3 P
-  B k = xsimd::to_float(k_int) - xsimd::select(x < B(FLT_MIN), B(149.0f), B(0.0f));
+  B k = xsimd::to_float(k_int) - xsimd::select(subnormal, B(149.0f), B(0.0f));
   k = xsimd::select(x == B(0.0f), B(-std::numeric_limits<float>::infinity()), k);
   return {k, f, y};
 }
