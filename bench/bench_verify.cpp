@@ -69,5 +69,3 @@ BENCHMARK(VerifyStandard)->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::k
 
 }  // namespace
 }  // namespace specverify::bench
-
-BENCHMARK_MAIN();
