@@ -128,32 +128,38 @@ inline double lane_sum(const xsimd::batch<double, Arch>& v) {
 /// caller decides what that means); any index returned has w_i > 0, so it is in [0, n).
 template <class Arch = DefaultArch>
 Checked<std::int32_t> draw(const Weights& w, float u) {
+  using F = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
-  constexpr std::int32_t W = D::size;
+  constexpr std::int32_t WF = F::size, W = D::size;
+  static_assert(WF == 2 * W, "a float vector widens into two double vectors");
   const std::int32_t chunk = chunk_length(w.n);
   double sums[kMaxChunks];
   double total = 0.0;
-  auto ok = D(0.0) == D(0.0);
+  auto ok = F(0.0f) == F(0.0f);
   bool ok_tail = true;
   const D zero(0.0);
   std::int32_t chunks = 0;
   for (std::int32_t begin = 0; begin < w.n; begin += chunk, ++chunks) {
     const std::int32_t end = w.n - begin > chunk ? begin + chunk : w.n;
-    D acc(0.0);
+    // Per float vector: validate in float lanes, sum in two double accumulators (one per half,
+    // which also breaks the add-latency chain).
+    D lo(0.0), hi(0.0);
     std::int32_t i = begin;
     if (w.q) {
-      for (; i + W <= end; i += W) {
-        const D p = D::load_unaligned(w.p + i), q = D::load_unaligned(w.q + i);
-        ok = ok & valid_probability(p) & valid_probability(q);
-        acc += lane_max(p - q, zero);
+      for (; i + WF <= end; i += WF) {
+        ok = ok & valid_probability(F::load_unaligned(w.p + i)) &
+             valid_probability(F::load_unaligned(w.q + i));
+        lo += lane_max(D::load_unaligned(w.p + i) - D::load_unaligned(w.q + i), zero);
+        hi += lane_max(D::load_unaligned(w.p + i + W) - D::load_unaligned(w.q + i + W), zero);
       }
     } else {
-      for (; i + W <= end; i += W) {
-        const D p = D::load_unaligned(w.p + i);
-        ok = ok & valid_probability(p);
-        acc += p;
+      for (; i + WF <= end; i += WF) {
+        ok = ok & valid_probability(F::load_unaligned(w.p + i));
+        lo += D::load_unaligned(w.p + i);
+        hi += D::load_unaligned(w.p + i + W);
       }
     }
+    D acc = lo + hi;
     double s = lane_sum(acc);
     for (; i < end; ++i) {
       ok_tail = ok_tail && w.valid(i);
