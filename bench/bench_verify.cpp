@@ -1,11 +1,14 @@
-// verify(Standard) on its worst path: B = 64, K = 5, V = 128256, every chain rejected at its first
-// draft, so each chain draws from max(p - q, 0) over a full row pair. Measured next to a read pass
-// over the same bytes and a plain scalar residual draw, all in this binary.
+// verify() at B = 64, K = 5, V = 128256, measured next to a read pass over the bytes the rule must
+// read and next to a plain scalar implementation, all in this binary.
+//   Residual path: every chain rejected at its first draft, so each reads one (p, q) row pair.
+//   All accepted: every position's statistic is needed (p rows for max, p and q rows for a
+//   divergence), then the bonus row.
 //
 //   build/release/bench/bench_verify --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
 #include "read_pass.hpp"
+#include "reference_divergence.hpp"
 #include "synthetic.hpp"
 
 namespace specverify::bench {
@@ -18,41 +21,55 @@ SyntheticBatch& rejecting_batch() {
   return batch;
 }
 
-const float* first_row(const std::vector<float>& rows, std::int32_t b, std::int32_t rows_per_chain) {
-  return rows.data() + std::size_t(b) * rows_per_chain * kV;
+SyntheticBatch& accepting_batch() {
+  static SyntheticBatch batch = make_batch(kB, kK, kV, 0.5, false, 2);
+  return batch;
 }
+
+const float* p_row(const SyntheticBatch& s, std::int32_t b, std::int32_t j) {
+  return s.p.data() + (std::size_t(b) * (kK + 1) + j) * kV;
+}
+const float* q_row(const SyntheticBatch& s, std::int32_t b, std::int32_t j) {
+  return s.q.data() + (std::size_t(b) * kK + j) * kV;
+}
+
+/// Rows a rule reads per chain when every draft is accepted: p at each position if it needs a
+/// statistic, q too if that is a divergence, and the bonus row.
+struct Reads {
+  bool p_per_position = false, q_per_position = false;
+  std::int64_t bytes() const {
+    return std::int64_t{kB} * kV * sizeof(float) * (1 + (p_per_position + q_per_position) * kK);
+  }
+};
 
 void set_bytes(benchmark::State& state, std::int64_t bytes) {
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["MB/step"] = double(bytes) / 1e6;
 }
 
-void ReadPass(benchmark::State& state) {
+// ---------------------------------------------------------------- residual path (issue: core)
+
+void ResidualReadPass(benchmark::State& state) {
   const SyntheticBatch& s = rejecting_batch();
   for (auto _ : state) {
     float sum = 0;
-    for (std::int32_t b = 0; b < kB; ++b) {
-      sum += read_pass(first_row(s.p, b, kK + 1), kV);
-      sum += read_pass(first_row(s.q, b, kK), kV);
-    }
+    for (std::int32_t b = 0; b < kB; ++b) sum += read_pass(p_row(s, b, 0), kV) + read_pass(q_row(s, b, 0), kV);
     benchmark::DoNotOptimize(sum);
   }
   set_bytes(state, s.row_pair_bytes());
 }
 
-void ScalarResidual(benchmark::State& state) {
+void ResidualScalar(benchmark::State& state) {
   const SyntheticBatch& s = rejecting_batch();
   for (auto _ : state) {
     std::int64_t sum = 0;
-    for (std::int32_t b = 0; b < kB; ++b) {
-      sum += scalar_residual_draw(first_row(s.p, b, kK + 1), first_row(s.q, b, kK), kV, 0.5f);
-    }
+    for (std::int32_t b = 0; b < kB; ++b) sum += scalar_residual_draw(p_row(s, b, 0), q_row(s, b, 0), kV, 0.5f);
     benchmark::DoNotOptimize(sum);
   }
   set_bytes(state, s.row_pair_bytes());
 }
 
-void VerifyStandard(benchmark::State& state) {
+void ResidualVerifyStandard(benchmark::State& state) {
   SyntheticBatch& s = rejecting_batch();
   const CpuOptions options{static_cast<std::int32_t>(state.range(0))};
   std::uint64_t step = 0;
@@ -63,9 +80,85 @@ void VerifyStandard(benchmark::State& state) {
   set_bytes(state, s.row_pair_bytes());
 }
 
-BENCHMARK(ReadPass)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(ScalarResidual)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(VerifyStandard)->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(ResidualReadPass)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(ResidualScalar)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(ResidualVerifyStandard)->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// ---------------------------------------------------------- all accepted (issue: relaxed rules)
+
+void AcceptedReadPass(benchmark::State& state, Reads reads) {
+  const SyntheticBatch& s = accepting_batch();
+  for (auto _ : state) {
+    float sum = 0;
+    for (std::int32_t b = 0; b < kB; ++b) {
+      for (std::int32_t j = 0; j < kK; ++j) {
+        if (reads.p_per_position) sum += read_pass(p_row(s, b, j), kV);
+        if (reads.q_per_position) sum += read_pass(q_row(s, b, j), kV);
+      }
+      sum += read_pass(p_row(s, b, kK), kV);
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  set_bytes(state, reads.bytes());
+}
+
+/// The same work as plain loops: each position's statistic, then the bonus draw.
+template <class Statistic>
+void AcceptedScalar(benchmark::State& state, Reads reads, Statistic statistic) {
+  const SyntheticBatch& s = accepting_batch();
+  for (auto _ : state) {
+    double sum = 0;
+    for (std::int32_t b = 0; b < kB; ++b) {
+      for (std::int32_t j = 0; j < kK; ++j) sum += statistic(p_row(s, b, j), q_row(s, b, j));
+      sum += scalar_residual_draw(p_row(s, b, kK), p_row(s, b, kK), kV, 0.5f);
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  set_bytes(state, reads.bytes());
+}
+
+/// Caller uniforms of 0 make every lossless test pass, so each rule walks every position.
+template <class Rule>
+void AcceptedVerify(benchmark::State& state, Rule rule, Reads reads) {
+  SyntheticBatch& s = accepting_batch();
+  const CpuOptions options{static_cast<std::int32_t>(state.range(0))};
+  const std::vector<float> zeros(s.tokens.size(), 0.0f);
+  Randomness randomness{1};
+  randomness.accept_uniforms = zeros.data();
+  for (auto _ : state) {
+    const VerifyStats stats = verify(rule, s.batch(), randomness, s.output(), options);
+    if (stats.accepted != stats.drafted) state.SkipWithError("a draft was rejected");
+  }
+  set_bytes(state, reads.bytes());
+}
+
+float scalar_max(const float* p, const float*) {
+  float m = 0;
+  for (std::int32_t i = 0; i < kV; ++i) m = std::max(m, p[i]);
+  return m;
+}
+
+template <Divergence d>
+float scalar_divergence(const float* p, const float* q) {
+  return reference::divergence_scalar(d, p, q, kV);
+}
+
+constexpr Reads kBonusOnly{false, false}, kMaxReads{true, false}, kPairReads{true, true};
+constexpr float kLoose = 1e6f;  // thresholds and tolerances that accept every draft
+
+#define SPECVERIFY_ACCEPTED(name, rule, reads, scalar)                                       \
+  BENCHMARK_CAPTURE(AcceptedReadPass, name, reads)->Unit(benchmark::kMicrosecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(AcceptedScalar, name, reads, scalar)->Unit(benchmark::kMicrosecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(AcceptedVerify, name, rule, reads)                                       \
+      ->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMicrosecond)->UseRealTime()
+
+SPECVERIFY_ACCEPTED(ears, Ears{kLoose}, kMaxReads, scalar_max);
+SPECVERIFY_ACCEPTED(fsd_tv, (Fsd{Divergence::tv, kLoose}), kPairReads, scalar_divergence<Divergence::tv>);
+SPECVERIFY_ACCEPTED(fsd_kl, (Fsd{Divergence::kl_target_draft, kLoose}), kPairReads,
+                    scalar_divergence<Divergence::kl_target_draft>);
+SPECVERIFY_ACCEPTED(fsd_js, (Fsd{Divergence::js, kLoose}), kPairReads, scalar_divergence<Divergence::js>);
+BENCHMARK_CAPTURE(AcceptedVerify, standard, Standard{}, kBonusOnly)
+    ->Arg(1)->ArgName("threads")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace specverify::bench

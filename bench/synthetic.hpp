@@ -37,6 +37,10 @@ inline void softmax_into(const std::vector<float>& logits, float* out) {
 /// `misalignment` is the standard deviation of the noise added to the target's logits to make
 /// the draft's; 0 gives q == p. When `reject_first`, p(x) = 0 at every chain's first draft, so
 /// every chain is rejected there and goes through the residual draw.
+/// Target logits are Student-t (3 dof) clamped to +-12: heavy-tailed, yet no probability
+/// underflows, so every divergence stays finite and no row holds subnormals.
+inline constexpr float kLogitBound = 12.0f;
+
 inline SyntheticBatch make_batch(std::int32_t B, std::int32_t K, std::int32_t V,
                                  double misalignment, bool reject_first, std::uint64_t seed) {
   SyntheticBatch s{B, K, V, {}, {}, {}, {}, {}, {}};
@@ -49,7 +53,7 @@ inline SyntheticBatch make_batch(std::int32_t B, std::int32_t K, std::int32_t V,
   for (std::int32_t b = 0; b < B; ++b) {
     s.offsets.push_back(b * K);
     for (std::int32_t j = 0; j <= K; ++j) {
-      for (auto& l : logits) l = heavy(rng);
+      for (auto& l : logits) l = std::clamp(heavy(rng), -kLogitBound, kLogitBound);
       float* p = s.p.data() + (std::size_t(b) * (K + 1) + j) * V;
       softmax_into(logits, p);
       if (j == K) break;
