@@ -3,6 +3,7 @@
 #pragma once
 
 #include "specverify/heads/eigen.hpp"
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -177,7 +178,10 @@ class Trainable {
       throw invalid_input("set_parameters: " + std::to_string(values.size()) +
                           " values, the head has " + std::to_string(total));
     const float* src = values.data();
-    for (const ParamBlock& b : blocks) src = std::copy(src, src + b.size, b.value);
+    for (const ParamBlock& b : blocks) {
+      std::copy(src, src + b.size, b.value);
+      src += b.size;
+    }
   }
 
   /// The training loss on (H, labels) and its gradient, laid out like parameters().
