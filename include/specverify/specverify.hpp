@@ -1,7 +1,9 @@
 // specverify: speculative-decoding verification rules on one generic verify-and-resample core.
-// Umbrella header for the host: layout types, rules, randomness, CPU verify.
+// Umbrella header for the host: layout types, rules, randomness, CPU verify, drafting controllers.
+// The learned heads (Eigen) are in <specverify/heads.hpp>.
 #pragma once
 
+#include "specverify/controllers.hpp"
 #include "specverify/cpu/verify.hpp"
 #include "specverify/philox.hpp"
 #include "specverify/rule.hpp"
