@@ -13,7 +13,9 @@
 //     SPECVERIFY_HD std::int32_t cut(std::int32_t first_draft, std::int32_t k) const;
 //                                                     //   drafts kept before walking (SpecDec++)
 //     Problem check() const;                          //   parameters (host, before any work)
-//     Problem check_draft(std::int32_t draft) const;  //   per-draft inputs such as scores
+//     SPECVERIFY_HD Problem check_draft(std::int32_t draft) const;
+//                                                     //   per-draft inputs such as scores (runs
+//                                                     //   where the data lives: host or device)
 //   };
 //
 // examples/custom_rule.cpp writes Medusa's typical acceptance this way, outside the library.
@@ -84,10 +86,10 @@ struct Problem {
   double value = 0;
   bool has_value = true;
 
-  explicit operator bool() const { return what != nullptr; }
-  static Problem missing(const char* pointer) { return {pointer, 0, false}; }
+  SPECVERIFY_HD explicit operator bool() const { return what != nullptr; }
+  SPECVERIFY_HD static Problem missing(const char* pointer) { return {pointer, 0, false}; }
   /// {what, value} unless lo <= value <= hi (NaN is out of every range).
-  static Problem unless_within(const char* what, double value, double lo, double hi) {
+  SPECVERIFY_HD static Problem unless_within(const char* what, double value, double lo, double hi) {
     return value >= lo && value <= hi ? Problem{} : Problem{what, value};
   }
 };
@@ -150,7 +152,7 @@ struct rule_traits {
       return {};
     }
   }
-  static Problem check_draft(const Rule& rule, std::int32_t draft) {
+  SPECVERIFY_HD static Problem check_draft(const Rule& rule, std::int32_t draft) {
     if constexpr (detail::has_check_draft<Rule>::value) {
       return rule.check_draft(draft);
     } else {

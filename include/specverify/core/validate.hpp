@@ -24,7 +24,7 @@ template <class... Parts>
   throw invalid_input(message.str());
 }
 
-inline bool is_uniform(float u) { return u >= 0.0f && u < 1.0f; }
+SPECVERIFY_HD inline bool is_uniform(float u) { return u >= 0.0f && u < 1.0f; }
 
 /// Locates the sequence and chain position of draft index g (offsets are validated first).
 inline void locate(const std::int32_t* offsets, std::int32_t batch_size, std::int32_t g,
@@ -52,24 +52,34 @@ void check_stride(const char* name, std::int64_t stride, std::int64_t rows,
 
 }  // namespace detail
 
+/// Throws invalid_input for what is wrong without reading any array: sizes, the rule's
+/// parameters, required pointers (those a batch of B > 0 needs whatever its offsets say).
+/// Backends whose arrays the host cannot read (CUDA) check the rest where the data lives.
+template <class Rule, class Prob>
+void validate_shape(const Rule& rule, const ChainBatch<Prob>& batch, const ChainOutput& out) {
+  using detail::reject;
+  if (batch.batch_size < 0) reject("batch_size = ", batch.batch_size, " must be >= 0");
+  if (batch.vocab_size < 1) reject("vocab_size = ", batch.vocab_size, " must be >= 1");
+  if (const Problem problem = rule_traits<Rule>::check(rule)) {
+    if (problem.has_value) reject("rule parameter ", problem.what, " = ", problem.value, " is out of range");
+    reject("rule parameter ", problem.what, " is null");
+  }
+  if (batch.batch_size == 0) return;
+  if (!batch.draft_offsets) reject("draft_offsets is null");
+  if (!batch.target_probs) reject("target_probs is null");
+  if (!out.tokens) reject("output tokens is null");
+  if (!out.num_accepted) reject("output num_accepted is null");
+}
+
 /// Throws invalid_input for anything wrong with the batch's shape, pointers, offsets, tokens,
 /// caller uniforms, the output's shape, or the rule's parameters and per-draft inputs.
 template <class Rule, class Prob>
 void validate(const Rule& rule, const ChainBatch<Prob>& batch, const Randomness& randomness,
               const ChainOutput& out) {
   using detail::reject;
+  validate_shape(rule, batch, out);
   const std::int32_t B = batch.batch_size;
-  if (B < 0) reject("batch_size = ", B, " must be >= 0");
-  if (batch.vocab_size < 1) reject("vocab_size = ", batch.vocab_size, " must be >= 1");
-  if (const Problem problem = rule_traits<Rule>::check(rule)) {
-    if (problem.has_value) reject("rule parameter ", problem.what, " = ", problem.value, " is out of range");
-    reject("rule parameter ", problem.what, " is null");
-  }
   if (B == 0) return;
-  if (!batch.draft_offsets) reject("draft_offsets is null");
-  if (!batch.target_probs) reject("target_probs is null");
-  if (!out.tokens) reject("output tokens is null");
-  if (!out.num_accepted) reject("output num_accepted is null");
   if (batch.draft_offsets[0] != 0) reject("draft_offsets[0] = ", batch.draft_offsets[0], " must be 0");
   std::int32_t longest = 0;
   for (std::int32_t b = 0; b < B; ++b) {

@@ -99,6 +99,7 @@ SPECVERIFY_HD inline ChainResult& fail(ChainResult& r, FaultKind kind, std::int3
 }
 
 /// Draws the one extra token from row p (and q) as `how` says, or records why it cannot.
+SPECVERIFY_HD_TEMPLATE
 template <class Rows, class Prob>
 SPECVERIFY_HD ChainResult& finish(ChainResult& r, Rows& rows, Draw how, const Prob* p,
                                   const Prob* q, std::int32_t x, float u, std::int32_t j,
@@ -118,6 +119,7 @@ SPECVERIFY_HD ChainResult& finish(ChainResult& r, Rows& rows, Draw how, const Pr
 /// Walks sequence b's chain: decides each draft in order, stops at the first rejection, and draws
 /// the extra token (on rejection as the rule says, else the bonus token from the row after the
 /// last kept draft). Row statistics are computed only for positions the walk reaches.
+SPECVERIFY_HD_TEMPLATE
 template <class Rule, class Rows, class Prob>
 SPECVERIFY_HD ChainResult walk_chain(const Rule& rule, const ChainBatch<Prob>& batch,
                                      const Randomness& randomness, std::int32_t b, Rows& rows) {

@@ -12,6 +12,8 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "specverify/core/row_math.hpp"
+
 namespace specverify::cpu {
 
 using DefaultArch = xsimd::default_arch;
@@ -93,22 +95,17 @@ struct Weights {
 
   /// w_i before the one-hot override: what the vector pass sums. Weights live in double, where
   /// p - q of two floats is (nearly always) exact.
-  double base(std::int32_t i) const {
-    return q ? std::max(double{p[i]} - q[i], 0.0) : double{p[i]};
-  }
-  double at(std::int32_t i) const { return i == x ? std::max(double{p[i]} - 1.0, 0.0) : base(i); }
+  double base(std::int32_t i) const { return q ? core::residual_weight(p[i], q[i]) : double{p[i]}; }
+  double at(std::int32_t i) const { return i == x ? core::residual_weight(p[i], 1.0) : base(i); }
   bool valid(std::int32_t i) const {
     return valid_probability(p[i]) && (!q || valid_probability(q[i]));
   }
 };
 
-/// Elements per chunk of the two-level draw: at least 1024 and at most 256 chunks per row, so the
-/// chunk sums live on the stack and the rescan touches one short, cache-hot stretch.
-inline constexpr std::int32_t kMaxChunks = 256;
-inline std::int32_t chunk_length(std::int32_t n) {
-  const std::int64_t even = (std::int64_t{n} + kMaxChunks - 1) / kMaxChunks;
-  return static_cast<std::int32_t>(std::max<std::int64_t>(1024, (even + 63) / 64 * 64));
-}
+/// Elements per chunk of the two-level draw (shared with the CUDA backend): the chunk sums live on
+/// the stack and the rescan touches one short, cache-hot stretch.
+using core::chunk_length;
+using core::kMaxChunks;
 
 /// Sum of the lanes, in lane order. Not xsimd::hadd: g++ 12's false warning again (AVX-512 extract).
 template <class Arch>

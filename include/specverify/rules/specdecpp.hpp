@@ -36,7 +36,7 @@ struct SpecDecPP {
     if (const Problem p = Problem::unless_within("threshold", threshold, 0.0, 3.4e38)) return p;
     return rule_traits<Inner>::check(inner);
   }
-  Problem check_draft(std::int32_t draft) const {
+  SPECVERIFY_HD Problem check_draft(std::int32_t draft) const {
     if (const Problem p = Problem::unless_within("accept prob", accept_probs[draft], 0.0, 1.0)) return p;
     return rule_traits<Inner>::check_draft(inner, draft);
   }

@@ -23,7 +23,7 @@ struct Sprinter {
     if (!verifier_scores) return Problem::missing("verifier_scores");
     return Problem::unless_within("eta", eta, 0.0, 1.0);
   }
-  Problem check_draft(std::int32_t draft) const {
+  SPECVERIFY_HD Problem check_draft(std::int32_t draft) const {
     return Problem::unless_within("verifier score", verifier_scores[draft], 0.0, 1.0);
   }
 };

@@ -1,0 +1,30 @@
+# The CUDA backend (specverify::cuda), when a CUDA compiler is found. It is exported in its own
+# file, specverifyCudaTargets.cmake, which the package config loads only where CUDAToolkit is
+# found, so the package keeps working for users without CUDA.
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  message(STATUS "specverify: no CUDA compiler, the CUDA backend is not built")
+  return()
+endif()
+set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "CUDA architectures for tests and benchmarks")
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+
+add_library(specverify_cuda INTERFACE)
+add_library(specverify::cuda ALIAS specverify_cuda)
+target_include_directories(specverify_cuda INTERFACE
+  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/cuda/include>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+target_compile_features(specverify_cuda INTERFACE cuda_std_17)
+target_link_libraries(specverify_cuda INTERFACE specverify::specverify CUDA::cudart)
+set_target_properties(specverify_cuda PROPERTIES EXPORT_NAME cuda)
+
+install(TARGETS specverify_cuda EXPORT specverifyCudaTargets)
+install(DIRECTORY cuda/include/specverify DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT specverifyCudaTargets NAMESPACE specverify:: DESTINATION ${SPECVERIFY_CMAKE_DIR})
+
+# Host warnings for this repository's CUDA sources (nvcc forwards them to the host compiler).
+add_library(specverify_cuda_dev_flags INTERFACE)
+target_compile_options(specverify_cuda_dev_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)

@@ -1,0 +1,286 @@
+// The CUDA backend's row operations for core::walk_chain: one thread block works on one row at a
+// time. Every thread of the block calls every operation with the same arguments and gets the same
+// result back, so the walk's scalar logic runs redundantly and uniformly in all threads and its
+// branches never split the block at a barrier.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <climits>
+#include <cstdint>
+
+#include "specverify/core/row_math.hpp"
+#include "specverify/core/walk.hpp"
+#include "specverify/rule.hpp"
+
+namespace specverify::cuda {
+
+/// A row pass's result: the value, and whether every element read was a valid probability.
+template <class T>
+struct Checked {
+  T value{};
+  bool ok = true;
+};
+
+/// Probabilities are stored as float, __half or __nv_bfloat16 and computed with in float.
+__device__ inline float to_float(float v) { return v; }
+__device__ inline float to_float(__half v) { return __half2float(v); }
+__device__ inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+namespace detail {
+
+/// Larger value first; the lower index among equal values (argmax ties go to the lowest token).
+struct TopOp {
+  __device__ cub::KeyValuePair<int, float> operator()(const cub::KeyValuePair<int, float>& a,
+                                                      const cub::KeyValuePair<int, float>& b) const {
+    return (b.value > a.value || (b.value == a.value && b.key < a.key)) ? b : a;
+  }
+};
+struct MinOp {
+  __device__ int operator()(int a, int b) const { return b < a ? b : a; }
+};
+struct SumOp {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+
+}  // namespace detail
+
+/// Block-cooperative rows of `n` elements of Prob, as core::walk_chain expects them. kThreads is
+/// the block size (a multiple of 32). The inverse-CDF draw follows the CPU's definition
+/// (cpu/row_kernels.hpp): the same chunks (core::chunk_length), weights summed in double, the
+/// crossing chunk found from the chunk sums and rescanned in index order.
+///
+///   __shared__ typename BlockRows<float, 256>::Shared shared;
+///   BlockRows<float, 256> rows(shared, batch.vocab_size);
+///   const core::ChainResult r = core::walk_chain(rule, batch, randomness, blockIdx.x, rows);
+template <class Prob, int kThreads>
+class BlockRows {
+  static_assert(kThreads % 32 == 0 && kThreads >= 64, "a whole number of warps, at least two");
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kChunksPerThread = (core::kMaxChunks + kThreads - 1) / kThreads;
+  using Top = cub::KeyValuePair<int, float>;
+
+ public:
+  /// Shared memory the operations work in: CUB temporaries, the chunk sums of a draw and one
+  /// broadcast slot. Declare it __shared__ and hand it to the constructor.
+  struct Shared {
+    union {
+      typename cub::BlockReduce<Top, kThreads>::TempStorage top;
+      typename cub::BlockReduce<double, kThreads>::TempStorage sum;
+      typename cub::BlockReduce<int, kThreads>::TempStorage min;
+      typename cub::BlockScan<double, kThreads>::TempStorage scan;
+    } cub;
+    double chunks[core::kMaxChunks];  // a draw's chunk sums, then the mass before each chunk
+    struct {
+      double sum;
+      float top_value;
+      int top_key;
+      int index;
+    } slot;
+  };
+
+  __device__ BlockRows(Shared& shared, std::int32_t n) : s_(shared), n_(n) {}
+
+  __device__ float value(const Prob* row, std::int32_t v) const { return to_float(row[v]); }
+
+  __device__ Checked<float> max(const Prob* p) {
+    const Checked<Top> t = top(p);
+    return {t.value.value, t.ok};
+  }
+
+  /// Lowest index holding max p; -1 when the row has no mass.
+  __device__ Checked<std::int32_t> argmax(const Prob* p) {
+    const Checked<Top> t = top(p);
+    return {t.ok && t.value.value > 0.0f ? t.value.key : -1, t.ok};
+  }
+
+  __device__ Checked<float> entropy(const Prob* p) {
+    double h = 0.0;
+    bool bad = false;
+    for (std::int32_t i = threadIdx.x; i < n_; i += kThreads) {
+      const float v = to_float(p[i]);
+      bad |= !core::valid_probability_value(v);
+      h += core::entropy_term(v);
+    }
+    return {static_cast<float>(sum(h)), !__syncthreads_or(bad)};
+  }
+
+  /// D(p, q); q == nullptr is the one-hot draft e_x.
+  __device__ Checked<float> divergence(Divergence d, const Prob* p, const Prob* q, std::int32_t x) {
+    double s = 0.0;
+    bool bad = false;
+    for (std::int32_t i = threadIdx.x; i < n_; i += kThreads) {
+      const float pi = to_float(p[i]);
+      const float qi = q ? to_float(q[i]) : (i == x ? 1.0f : 0.0f);
+      bad |= !core::valid_probability_value(pi) || !core::valid_probability_value(qi);
+      s += core::divergence_term(d, pi, qi);
+    }
+    return {static_cast<float>(sum(s)), !__syncthreads_or(bad)};
+  }
+
+  /// A draw from max(p - q, 0); q == nullptr is the one-hot draft e_x. -1: no mass.
+  __device__ Checked<std::int32_t> draw_residual(const Prob* p, const Prob* q, std::int32_t x,
+                                                 float u) {
+    return draw(p, q, q ? -1 : x, u);
+  }
+
+  /// A draw from p. -1: no mass.
+  __device__ Checked<std::int32_t> draw_target(const Prob* p, float u) {
+    return draw(p, nullptr, -1, u);
+  }
+
+  /// The lowest index whose value is not a valid probability, or -1; names a fault's value.
+  __device__ std::int32_t first_invalid(const Prob* row) {
+    int first = INT_MAX;
+    for (std::int32_t i = threadIdx.x; i < n_ && first == INT_MAX; i += kThreads) {
+      if (!core::valid_probability_value(to_float(row[i]))) first = i;
+    }
+    first = min(first);
+    return first == INT_MAX ? -1 : first;
+  }
+
+  /// The minimum over the block of one int per thread, in every thread.
+  __device__ int min(int v) {
+    __syncthreads();  // the temporaries and the slot may still be read from the previous operation
+    v = cub::BlockReduce<int, kThreads>(s_.cub.min).Reduce(v, detail::MinOp{});
+    if (threadIdx.x == 0) s_.slot.index = v;
+    __syncthreads();
+    return s_.slot.index;
+  }
+
+ private:
+  /// (max p, lowest index holding it) in one pass; every thread visits its indices in increasing
+  /// order and keeps the first of its maxima.
+  __device__ Checked<Top> top(const Prob* p) {
+    Top t(-1, -1.0f);
+    bool bad = false;
+    for (std::int32_t i = threadIdx.x; i < n_; i += kThreads) {
+      const float v = to_float(p[i]);
+      bad |= !core::valid_probability_value(v);
+      if (v > t.value) t = Top(i, v);
+    }
+    __syncthreads();
+    t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
+    if (threadIdx.x == 0) {
+      s_.slot.top_key = t.key;
+      s_.slot.top_value = t.value;
+    }
+    const bool ok = !__syncthreads_or(bad);
+    return {Top(s_.slot.top_key, s_.slot.top_value), ok};
+  }
+
+  __device__ double sum(double v) {
+    __syncthreads();
+    v = cub::BlockReduce<double, kThreads>(s_.cub.sum).Reduce(v, detail::SumOp{});
+    if (threadIdx.x == 0) s_.slot.sum = v;
+    __syncthreads();
+    return s_.slot.sum;
+  }
+
+  /// w_i before the one-hot override: max(p - q, 0), or p.
+  __device__ static double base_weight(float p, const Prob* q, std::int32_t i) {
+    return q ? core::residual_weight(p, to_float(q[i])) : double{p};
+  }
+
+  /// w_i: as base_weight, except w_x = max(p_x - 1, 0) for a one-hot residual at x.
+  __device__ static double weight(const Prob* p, const Prob* q, std::int32_t x, std::int32_t i) {
+    const float pi = to_float(p[i]);
+    return i == x ? core::residual_weight(pi, 1.0) : base_weight(pi, q, i);
+  }
+
+  /// Inverse-CDF draw, the smallest i with w_0 + ... + w_i > u * sum(w), in three steps with two
+  /// block barriers: (1) each warp sums whole chunks (no barrier per tile); (2) one block scan of
+  /// the chunk sums finds the chunk holding the crossing; (3) warp 0 rescans that chunk in index
+  /// order, 32 weights at a time. Sums are in double like the CPU's; only their order of
+  /// summation differs, which moves a crossing only when u * sum(w) lies within ~1e-16 of it.
+  __device__ Checked<std::int32_t> draw(const Prob* p, const Prob* q, std::int32_t x, float u) {
+    const std::int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const std::int32_t chunk = core::chunk_length(n_);
+    const std::int32_t chunks = (n_ + chunk - 1) / chunk;
+    bool bad = false;
+    __syncthreads();  // s_.chunks and the temporaries may still be read from the previous draw
+    for (std::int32_t c = warp; c < chunks; c += kWarps) {
+      const std::int32_t begin = c * chunk, end = begin + chunk < n_ ? begin + chunk : n_;
+      double s = 0.0;
+#pragma unroll 4
+      for (std::int32_t i = begin + lane; i < end; i += 32) {
+        const float pi = to_float(p[i]);
+        bad |= !core::valid_probability_value(pi) ||
+               (q && !core::valid_probability_value(to_float(q[i])));
+        s += base_weight(pi, q, i);
+      }
+      for (int d = 16; d > 0; d /= 2) s += __shfl_xor_sync(0xffffffffu, s, d);
+      if (x >= begin && x < end) {
+        const float px = to_float(p[x]);
+        if (core::valid_probability_value(px)) {
+          s += core::residual_weight(px, 1.0) - px;  // one-hot residual: w_x replaces p_x
+          s = s > 0.0 ? s : 0.0;
+        }
+      }
+      if (lane == 0) s_.chunks[c] = s;
+    }
+    if (__syncthreads_or(bad)) return {-1, false};
+
+    // (2) Mass before each chunk; the crossing chunk is the first whose end passes u * total
+    // (the last one when rounding leaves the threshold beyond every end, as on the CPU).
+    double sums[kChunksPerThread], before[kChunksPerThread];
+    for (int k = 0; k < kChunksPerThread; ++k) {
+      const int c = threadIdx.x * kChunksPerThread + k;
+      sums[k] = c < chunks ? s_.chunks[c] : 0.0;
+    }
+    double total;
+    cub::BlockScan<double, kThreads>(s_.cub.scan).ExclusiveSum(sums, before, total);
+    if (!(total > 0.0)) return {-1, true};
+    const double threshold = static_cast<double>(u) * total;
+    int crossing = INT_MAX;
+    for (int k = kChunksPerThread - 1; k >= 0; --k) {
+      const int c = threadIdx.x * kChunksPerThread + k;
+      if (c < chunks) {
+        s_.chunks[c] = before[k];
+        if (before[k] + sums[k] > threshold || c == chunks - 1) crossing = c;
+      }
+    }
+    crossing = min(crossing);  // its barriers also publish s_.chunks
+
+    // (3) In-order rescan of the crossing chunk by warp 0; the other warps wait at the barrier.
+    if (warp == 0) {
+      const std::int32_t begin = crossing * chunk;
+      const std::int32_t end = begin + chunk < n_ ? begin + chunk : n_;
+      double running = s_.chunks[crossing];
+      std::int32_t found = -1, last_positive = -1;
+      for (std::int32_t tile = begin; tile < end && found < 0; tile += 32) {
+        const std::int32_t i = tile + lane;
+        const double w = i < end ? weight(p, q, x, i) : 0.0;
+        double prefix = w;  // inclusive prefix within the tile
+        for (int d = 1; d < 32; d *= 2) {
+          const double below = __shfl_up_sync(0xffffffffu, prefix, d);
+          if (lane >= d) prefix += below;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, w > 0.0 && running + prefix > threshold);
+        const unsigned positive = __ballot_sync(0xffffffffu, w > 0.0);
+        if (hit) found = tile + __ffs(hit) - 1;
+        if (positive) last_positive = tile + 31 - __clz(static_cast<int>(positive));
+        running += __shfl_sync(0xffffffffu, prefix, 31);
+      }
+      // The chunk sums and this rescan round differently in the last bits; at that edge the
+      // crossing lies at the chunk's last positive weight, or (a chunk left empty) before it.
+      for (std::int32_t tile = begin; found < 0 && last_positive < 0 && tile > 0; tile -= 32) {
+        const std::int32_t i = tile - 32 + lane;
+        const unsigned positive = __ballot_sync(0xffffffffu, i >= 0 && weight(p, q, x, i) > 0.0);
+        if (positive) last_positive = tile - 1 - __clz(static_cast<int>(positive));
+      }
+      if (lane == 0) s_.slot.index = found >= 0 ? found : last_positive;
+    }
+    __syncthreads();
+    return {s_.slot.index, true};
+  }
+
+  Shared& s_;
+  std::int32_t n_;
+};
+
+}  // namespace specverify::cuda
