@@ -15,11 +15,7 @@ struct TypicalAcceptance {
 
   static constexpr specverify::Draw on_reject = specverify::Draw::argmax;
 
-  SPECVERIFY_HD specverify::RowStats stats() const {
-    specverify::RowStats s;
-    s.entropy = true;  // the core computes H(p) only at positions the walk reaches
-    return s;
-  }
+  SPECVERIFY_HD specverify::RowStats stats() const { return specverify::RowStats::of_entropy(); }
   SPECVERIFY_HD specverify::Decision decide(const specverify::Position& at) const {
     const float floor = std::fmin(epsilon, delta * std::exp(-at.entropy));
     const bool typical = at.p_x > floor;

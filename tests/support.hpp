@@ -133,4 +133,21 @@ struct Chains {
   std::int32_t token(std::int32_t b, std::int32_t i) const { return out_tokens[std::size_t(b) * width + i]; }
 };
 
+/// Appends a chain of k drafts whose draft rows are the target's logits plus N(0, noise^2), the
+/// way a real draft model resembles its target; drafts are sampled from q.
+inline void add_aligned_chain(Chains& c, std::int32_t k, double noise, std::mt19937_64& rng) {
+  std::vector<std::vector<float>> ps, qs;
+  std::vector<std::int32_t> xs;
+  std::normal_distribution<double> misalignment(0.0, noise);
+  for (std::int32_t j = 0; j <= k; ++j) {
+    auto logits = random_logits(c.V, rng);
+    ps.push_back(softmax(logits));
+    if (j == k) break;
+    for (auto& l : logits) l += misalignment(rng);
+    qs.push_back(softmax(logits));
+    xs.push_back(sample(qs.back(), rng));
+  }
+  c.add(xs, ps, qs);
+}
+
 }  // namespace specverify::testing

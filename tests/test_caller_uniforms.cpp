@@ -44,21 +44,7 @@ TEST(CallerUniforms, StandardMatchesScalarReferenceDecisionForDecision) {
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   for (const std::int32_t V : {3, 64, 5000}) {
     testing::Chains c(V);
-    for (std::int32_t b = 0; b < 300; ++b) {
-      const std::int32_t k = b % 6;
-      std::vector<std::vector<float>> ps, qs;
-      std::vector<std::int32_t> xs;
-      for (std::int32_t j = 0; j <= k; ++j) {
-        auto logits = testing::random_logits(V, rng);
-        ps.push_back(testing::softmax(logits));
-        for (auto& l : logits) l += std::normal_distribution<double>(0, 1.0)(rng);
-        if (j < k) {
-          qs.push_back(testing::softmax(logits));
-          xs.push_back(testing::sample(qs.back(), rng));
-        }
-      }
-      c.add(xs, ps, qs);
-    }
+    for (std::int32_t b = 0; b < 300; ++b) testing::add_aligned_chain(c, b % 6, 1.0, rng);
     std::vector<float> accept(c.tokens.size()), sample(static_cast<std::size_t>(c.size()));
     for (auto& u : accept) u = std::min(unit(rng), 0x1.fffffep-1f);
     for (auto& u : sample) u = std::min(unit(rng), 0x1.fffffep-1f);

@@ -13,21 +13,7 @@ using testing::Chains;
 Chains random_chains(std::int32_t B, std::int32_t V, std::int32_t K, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   Chains c(V);
-  for (std::int32_t b = 0; b < B; ++b) {
-    std::vector<std::vector<float>> ps, qs;
-    std::vector<std::int32_t> xs;
-    const std::int32_t k = 1 + b % K;
-    for (std::int32_t j = 0; j <= k; ++j) {
-      auto logits = testing::random_logits(V, rng);
-      ps.push_back(testing::softmax(logits));
-      for (auto& l : logits) l += std::normal_distribution<double>(0, 1.5)(rng);
-      if (j < k) {
-        qs.push_back(testing::softmax(logits));
-        xs.push_back(testing::sample(qs.back(), rng));
-      }
-    }
-    c.add(xs, ps, qs);
-  }
+  for (std::int32_t b = 0; b < B; ++b) testing::add_aligned_chain(c, 1 + b % K, 1.5, rng);
   return c;
 }
 

@@ -48,6 +48,12 @@ struct RowStats {
   Divergence kind = Divergence::tv;
 
   SPECVERIFY_HD bool any() const { return max || argmax || entropy || divergence; }
+
+  // One statistic each, for a rule's stats(): `return RowStats::of_divergence(kind);`
+  SPECVERIFY_HD static RowStats of_max() { return {true, false, false, false, Divergence::tv}; }
+  SPECVERIFY_HD static RowStats of_argmax() { return {false, true, false, false, Divergence::tv}; }
+  SPECVERIFY_HD static RowStats of_entropy() { return {false, false, true, false, Divergence::tv}; }
+  SPECVERIFY_HD static RowStats of_divergence(Divergence d) { return {false, false, false, true, d}; }
 };
 
 /// Everything a rule decides with at one draft position.

@@ -13,11 +13,7 @@ struct Ears {
   float beta = 0;
 
   static constexpr Draw on_reject = Draw::residual;
-  SPECVERIFY_HD RowStats stats() const {
-    RowStats s;
-    s.max = true;
-    return s;
-  }
+  SPECVERIFY_HD RowStats stats() const { return RowStats::of_max(); }
   SPECVERIFY_HD Decision decide(const Position& at) const {
     if (Decision::standard_test(at)) return Decision::exact(true);
     const float tolerance = beta * (1.0f - at.p_max);

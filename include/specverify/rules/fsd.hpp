@@ -14,12 +14,7 @@ struct Fsd {
   float threshold = 0;
 
   static constexpr Draw on_reject = Draw::target;
-  SPECVERIFY_HD RowStats stats() const {
-    RowStats s;
-    s.divergence = true;
-    s.kind = divergence;
-    return s;
-  }
+  SPECVERIFY_HD RowStats stats() const { return RowStats::of_divergence(divergence); }
   SPECVERIFY_HD Decision decide(const Position& at) const {
     const bool close = at.p_x > 0.0f && at.divergence <= threshold;
     return {close, close, true};
@@ -34,12 +29,7 @@ struct ReducibleFsd {
   float threshold = 0;
 
   static constexpr Draw on_reject = Draw::residual;
-  SPECVERIFY_HD RowStats stats() const {
-    RowStats s;
-    s.divergence = true;
-    s.kind = divergence;
-    return s;
-  }
+  SPECVERIFY_HD RowStats stats() const { return RowStats::of_divergence(divergence); }
   SPECVERIFY_HD Decision decide(const Position& at) const {
     if (Decision::standard_test(at)) return Decision::exact(true);
     const bool close = at.p_x > 0.0f && at.divergence < threshold;

@@ -18,11 +18,7 @@ struct Standard {
 struct Greedy {
   static constexpr Draw on_reject = Draw::argmax;
   static constexpr Draw on_bonus = Draw::argmax;
-  SPECVERIFY_HD RowStats stats() const {
-    RowStats s;
-    s.argmax = true;
-    return s;
-  }
+  SPECVERIFY_HD RowStats stats() const { return RowStats::of_argmax(); }
   SPECVERIFY_HD Decision decide(const Position& at) const {
     return Decision::exact(at.token == at.p_argmax);
   }
