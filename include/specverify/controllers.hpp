@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "specverify/rules/specdecpp.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify {
@@ -13,8 +14,8 @@ namespace specverify {
 /// SpecDec++'s stopping rule. Feed the acceptance head's probability of each new draft token; after
 /// token j (length j + 1) it says stop when 1 - prod_{i<=j} accept_prob_i > threshold (strict; the
 /// token that tipped it stays in the draft), but not before min_length tokens, and always at
-/// max_length. The product is a float running product, the same arithmetic as the SpecDecPP rule's
-/// cut, so a controller and the rule agree on where a chain ends.
+/// max_length. The test is specdecpp_stops, the SpecDecPP rule's own, so a controller and the rule
+/// agree on where a chain ends.
 ///
 ///   specverify::SpecDecPPStop stop{0.7f, 2, 20};      // the paper's threshold and length bounds
 ///   do { draft_one_token(); } while (!stop.feed(accept_prob_of_last_token));
@@ -45,7 +46,7 @@ class SpecDecPPStop {
                           " at position " + std::to_string(length_) + " outside [0, 1]");
     prod_ *= accept_prob;
     ++length_;
-    stopped_ = length_ >= max_length_ || (length_ >= min_length_ && 1.0f - prod_ > threshold_);
+    stopped_ = length_ >= max_length_ || (length_ >= min_length_ && specdecpp_stops(prod_, threshold_));
     return stopped_;
   }
 

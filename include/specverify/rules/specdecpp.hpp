@@ -8,6 +8,13 @@
 
 namespace specverify {
 
+/// SpecDec++'s stop test, shared by the rule's cut and the SpecDecPPStop controller so both end a
+/// chain at the same token: stop once the predicted chance of a rejection so far,
+/// 1 - prod accept_probs (a float running product), exceeds the threshold, strictly.
+SPECVERIFY_HD inline bool specdecpp_stops(float all_accepted, float threshold) {
+  return 1.0f - all_accepted > threshold;
+}
+
 /// Cuts each chain after the first j with 1 - prod_{i<=j} accept_probs[i] > threshold (strict, as
 /// released; the token that tipped it is kept), then verifies what is left with `inner`. When all
 /// kept drafts pass, the bonus comes from the target row after the cut. `accept_probs` is indexed
@@ -25,7 +32,7 @@ struct SpecDecPP {
     float all_accepted = 1.0f;
     for (std::int32_t j = 0; j < k; ++j) {
       all_accepted *= accept_probs[first_draft + j];
-      if (1.0f - all_accepted > threshold) return j + 1;
+      if (specdecpp_stops(all_accepted, threshold)) return j + 1;
     }
     return k;
   }
@@ -33,7 +40,7 @@ struct SpecDecPP {
   SPECVERIFY_HD Decision decide(const Position& at) const { return inner.decide(at); }
   Problem check() const {
     if (!accept_probs) return Problem::missing("accept_probs");
-    if (const Problem p = Problem::unless_within("threshold", threshold, 0.0, 3.4e38)) return p;
+    if (const Problem p = Problem::unless_within("threshold", threshold, 0.0, 1.0)) return p;
     return rule_traits<Inner>::check(inner);
   }
   SPECVERIFY_HD Problem check_draft(std::int32_t draft) const {
