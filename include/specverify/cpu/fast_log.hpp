@@ -20,6 +20,7 @@
 #include <cfloat>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace specverify::cpu {
 
@@ -45,21 +46,11 @@ struct LogSplit {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-template <class Arch>
-LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
-  using B = xsimd::batch<float, Arch>;
-  using I = xsimd::batch<std::int32_t, Arch>;
-  // A subnormal x is its bit pattern times 2^-149: converting that integer is exact and, unlike
-  // scaling by a power of 2, costs no microcode assist (a multiply with a subnormal input does).
-  const auto subnormal = x < B(FLT_MIN);
-  const I bits = xsimd::bitwise_cast<I>(
-      xsimd::select(subnormal, xsimd::to_float(xsimd::bitwise_cast<I>(x)), x));
-  // Subtracting the bits of sqrt(1/2) makes the exponent field of `offset` the k that puts m in
-  // [sqrt(1/2), sqrt(2)); taking those k out of x's bits leaves m's bits.
-  const I offset = bits - I(0x3f3504f3);
-  const I k_int = offset >> 23;  // arithmetic shift: k may be negative
-  const B m = xsimd::bitwise_cast<B>(bits - (offset & I(~0x7fffff)));
-  const B f = m - B(1.0f);
+namespace detail {
+
+/// y = log(1 + f) - f for f = m - 1, m in [sqrt(1/2), sqrt(2)): -f^2/2 + f^3 P(f).
+template <class B>
+B log1p_rest(const B& f) {
   const B z = f * f;
   B poly(7.0376836292e-2f);
   poly = xsimd::fma(poly, f, B(-1.1514610310e-1f));
@@ -70,10 +61,43 @@ LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
   poly = xsimd::fma(poly, f, B(2.0000714765e-1f));
   poly = xsimd::fma(poly, f, B(-2.4999993993e-1f));
   poly = xsimd::fma(poly, f, B(3.3333331174e-1f));
-  const B y = xsimd::fma(z * f, poly, B(-0.5f) * z);  // -f^2/2 + f^3 P
-  B k = xsimd::to_float(k_int) - xsimd::select(subnormal, B(149.0f), B(0.0f));
-  k = xsimd::select(x == B(0.0f), B(-std::numeric_limits<float>::infinity()), k);
-  return {k, f, y};
+  return xsimd::fma(z * f, poly, B(-0.5f) * z);
+}
+
+template <class Arch>
+inline constexpr bool kHasAvx512 = std::is_base_of<xsimd::avx512dq, Arch>::value;
+
+}  // namespace detail
+
+template <class Arch>
+LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
+  using B = xsimd::batch<float, Arch>;
+  if constexpr (detail::kHasAvx512<Arch>) {
+    // AVX-512 reads exponent and mantissa in one instruction each, subnormals included
+    // (getexp(0) = -inf, getmant(0) = 1): the same k and m as the bit manipulation below.
+    const __m512 v = x;
+    const B e(_mm512_getexp_ps(v));
+    const B m(_mm512_getmant_ps(v, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero));  // [1, 2)
+    const auto halve = m >= B(1.41421354f);  // 2 x the float of bits 0x3f3504f3
+    const B f = xsimd::select(halve, xsimd::fma(m, B(0.5f), B(-1.0f)), m - B(1.0f));  // exact
+    return {xsimd::select(halve, e + B(1.0f), e), f, detail::log1p_rest(f)};
+  } else {
+    using I = xsimd::batch<std::int32_t, Arch>;
+    // A subnormal x is its bit pattern times 2^-149: converting that integer is exact and, unlike
+    // scaling by a power of 2, costs no microcode assist (a multiply with a subnormal input does).
+    const auto subnormal = x < B(FLT_MIN);
+    const I bits = xsimd::bitwise_cast<I>(
+        xsimd::select(subnormal, xsimd::to_float(xsimd::bitwise_cast<I>(x)), x));
+    // Subtracting the bits of sqrt(1/2) makes the exponent field of `offset` the k that puts m in
+    // [sqrt(1/2), sqrt(2)); taking those k out of x's bits leaves m's bits.
+    const I offset = bits - I(0x3f3504f3);
+    const I k_int = offset >> 23;  // arithmetic shift: k may be negative
+    const B m = xsimd::bitwise_cast<B>(bits - (offset & I(~0x7fffff)));
+    const B f = m - B(1.0f);
+    B k = xsimd::to_float(k_int) - xsimd::select(subnormal, B(149.0f), B(0.0f));
+    k = xsimd::select(x == B(0.0f), B(-std::numeric_limits<float>::infinity()), k);
+    return {k, f, detail::log1p_rest(f)};
+  }
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
