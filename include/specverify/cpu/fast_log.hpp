@@ -20,8 +20,17 @@
 #include <cfloat>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace specverify::cpu {
+
+/// The log is a few dozen instructions called from every term's loop body; compilers otherwise
+/// keep log_split out of line and pass its three vectors through memory (a third of the time).
+#if defined(__GNUC__) || defined(__clang__)
+#define SPECVERIFY_ALWAYS_INLINE [[gnu::always_inline]] inline
+#else
+#define SPECVERIFY_ALWAYS_INLINE inline
+#endif
 
 inline constexpr double kLogSplitAbsError = 1.04e-8;
 inline constexpr double kLogAbsError = 2.45e-8;
@@ -45,21 +54,11 @@ struct LogSplit {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-template <class Arch>
-LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
-  using B = xsimd::batch<float, Arch>;
-  using I = xsimd::batch<std::int32_t, Arch>;
-  // A subnormal x is its bit pattern times 2^-149: converting that integer is exact and, unlike
-  // scaling by a power of 2, costs no microcode assist (a multiply with a subnormal input does).
-  const auto subnormal = x < B(FLT_MIN);
-  const I bits = xsimd::bitwise_cast<I>(
-      xsimd::select(subnormal, xsimd::to_float(xsimd::bitwise_cast<I>(x)), x));
-  // Subtracting the bits of sqrt(1/2) makes the exponent field of `offset` the k that puts m in
-  // [sqrt(1/2), sqrt(2)); taking those k out of x's bits leaves m's bits.
-  const I offset = bits - I(0x3f3504f3);
-  const I k_int = offset >> 23;  // arithmetic shift: k may be negative
-  const B m = xsimd::bitwise_cast<B>(bits - (offset & I(~0x7fffff)));
-  const B f = m - B(1.0f);
+namespace detail {
+
+/// y = log(1 + f) - f for f = m - 1, m in [sqrt(1/2), sqrt(2)): -f^2/2 + f^3 P(f).
+template <class B>
+SPECVERIFY_ALWAYS_INLINE B log1p_rest(const B& f) {
   const B z = f * f;
   B poly(7.0376836292e-2f);
   poly = xsimd::fma(poly, f, B(-1.1514610310e-1f));
@@ -70,10 +69,53 @@ LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
   poly = xsimd::fma(poly, f, B(2.0000714765e-1f));
   poly = xsimd::fma(poly, f, B(-2.4999993993e-1f));
   poly = xsimd::fma(poly, f, B(3.3333331174e-1f));
-  const B y = xsimd::fma(z * f, poly, B(-0.5f) * z);  // -f^2/2 + f^3 P
-  B k = xsimd::to_float(k_int) - xsimd::select(subnormal, B(149.0f), B(0.0f));
-  k = xsimd::select(x == B(0.0f), B(-std::numeric_limits<float>::infinity()), k);
-  return {k, f, y};
+  return xsimd::fma(z * f, poly, B(-0.5f) * z);
+}
+
+/// Whether Arch has the AVX-512 instructions used below (getexp, getmant, fpclass); their
+/// intrinsics are declared only when the compile flags enable them.
+#if XSIMD_WITH_AVX512DQ
+template <class Arch>
+inline constexpr bool kHasAvx512 = std::is_base_of<xsimd::avx512dq, Arch>::value;
+#else
+template <class Arch>
+inline constexpr bool kHasAvx512 = false;
+#endif
+
+}  // namespace detail
+
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
+  using B = xsimd::batch<float, Arch>;
+#if XSIMD_WITH_AVX512DQ
+  if constexpr (detail::kHasAvx512<Arch>) {
+    // AVX-512 reads exponent and mantissa in one instruction each, subnormals included
+    // (getexp(0) = -inf, getmant(0) = 1): the same k and m as the bit manipulation below.
+    const __m512 v = x;
+    const B e(_mm512_getexp_ps(v));
+    const B m(_mm512_getmant_ps(v, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero));  // [1, 2)
+    const auto halve = m >= B(1.41421354f);  // 2 x the float of bits 0x3f3504f3
+    const B f = xsimd::select(halve, xsimd::fma(m, B(0.5f), B(-1.0f)), m - B(1.0f));  // exact
+    return {xsimd::select(halve, e + B(1.0f), e), f, detail::log1p_rest(f)};
+  } else
+#endif
+  {
+    using I = xsimd::batch<std::int32_t, Arch>;
+    // A subnormal x is its bit pattern times 2^-149: converting that integer is exact and, unlike
+    // scaling by a power of 2, costs no microcode assist (a multiply with a subnormal input does).
+    const auto subnormal = x < B(FLT_MIN);
+    const I bits = xsimd::bitwise_cast<I>(
+        xsimd::select(subnormal, xsimd::to_float(xsimd::bitwise_cast<I>(x)), x));
+    // Subtracting the bits of sqrt(1/2) makes the exponent field of `offset` the k that puts m in
+    // [sqrt(1/2), sqrt(2)); taking those k out of x's bits leaves m's bits.
+    const I offset = bits - I(0x3f3504f3);
+    const I k_int = offset >> 23;  // arithmetic shift: k may be negative
+    const B m = xsimd::bitwise_cast<B>(bits - (offset & I(~0x7fffff)));
+    const B f = m - B(1.0f);
+    B k = xsimd::to_float(k_int) - xsimd::select(subnormal, B(149.0f), B(0.0f));
+    k = xsimd::select(x == B(0.0f), B(-std::numeric_limits<float>::infinity()), k);
+    return {k, f, detail::log1p_rest(f)};
+  }
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -83,16 +125,23 @@ LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
 /// within a factor 2: Sterbenz), and the fma adds them with one rounding, so the large parts
 /// cancel exactly and the error is that of y_a and y_b plus roundings relative to the result.
 template <class Arch>
-xsimd::batch<float, Arch> log_difference(const LogSplit<Arch>& a, const LogSplit<Arch>& b) {
+SPECVERIFY_ALWAYS_INLINE xsimd::batch<float, Arch> log_difference(const LogSplit<Arch>& a, const LogSplit<Arch>& b) {
   return xsimd::fma(a.k - b.k, xsimd::batch<float, Arch>(kLn2), a.f - b.f) + (a.y - b.y);
 }
 
-template <class Arch = xsimd::default_arch>
-xsimd::batch<float, Arch> fast_log(const xsimd::batch<float, Arch>& x) {
+/// k ln 2 + f + y: the log of a positive normal x from its split (fast_log without the special
+/// values), within the fast_log bounds. ln 2 in two parts (Cody and Waite): k * kLn2Hi is exact,
+/// so big |k| adds no rounding.
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE xsimd::batch<float, Arch> log_from_split(const LogSplit<Arch>& s) {
   using B = xsimd::batch<float, Arch>;
-  const LogSplit<Arch> s = log_split(x);
-  // ln 2 in two parts (Cody and Waite): k * kLn2Hi is exact, so big |k| adds no rounding.
-  const B finite = xsimd::fma(s.k, B(kLn2Hi), s.f + xsimd::fma(s.k, B(kLn2Lo), s.y));
+  return xsimd::fma(s.k, B(kLn2Hi), s.f + xsimd::fma(s.k, B(kLn2Lo), s.y));
+}
+
+template <class Arch = xsimd::default_arch>
+SPECVERIFY_ALWAYS_INLINE xsimd::batch<float, Arch> fast_log(const xsimd::batch<float, Arch>& x) {
+  using B = xsimd::batch<float, Arch>;
+  const B finite = log_from_split(log_split(x));
   const B inf(std::numeric_limits<float>::infinity());
   const B special = xsimd::select(x == B(0.0f), -inf,
                                   xsimd::select(x == inf, inf, B(std::numeric_limits<float>::quiet_NaN())));
