@@ -13,13 +13,11 @@
 //   u |log| + 2.45e-8 (fast_log.hpp), so per unit weight the log is off by at most
 //   u + 2.45e-8 = 8.41e-8 plus roundings relative to the term itself:
 //     KL    p log r, r = p/q:                        8.41e-8 p.
-//     JS    a log r + b log(2 - r), a <= b, r = 2a/(a + b): the term is stationary in r, so the
-//           roundings of a + b and r enter only in second order; 2 - r adds u:
-//           (u + 2.45e-8)(a + b), times 1/2:        4.21e-8 (p + q).
 //     FSD   (a + b) x, x = -log(r (2 - r)): r (2u through a + b and the ratio, times
 //           |dx/dr| r <= 1), 2 - r and the product (u each), the log: (4u + 2.45e-8)(a + b),
 //           times 1/4:                               6.57e-8 (p + q).
-//   Careful form, for a vector with any subnormal, invalid value or out-of-range ratio: logs of
+//   (JS has no fast form: see JsTerm.)
+//   Careful form, for JS and for a vector with any subnormal, invalid value or out-of-range ratio: logs of
 //   the split form (fast_log.hpp), whose k and f parts cancel exactly, so a term a log(a/b)
 //   carries 2 x 1.04e-8 times its weight; m = (p + q)/2 is corrected to first order (TwoSum).
 // Terms are summed in float lanes for kChunkVectors vectors, then in double: with the roundings
@@ -159,6 +157,7 @@ SPECVERIFY_ALWAYS_INLINE B log_normal(const B& x) {  // log x for a positive nor
 // operator() instead, which takes every valid value (subnormals, zeros) in the split form.
 struct MassTerm {
   static constexpr bool reads_q = false;
+  static constexpr bool has_fast_form = true;
   template <class B>
   SPECVERIFY_ALWAYS_INLINE B operator()(const B& p, const B&) const { return p; }
   template <class B, class M>
@@ -167,6 +166,7 @@ struct MassTerm {
 
 struct EntropyTerm {  // -p log p
   static constexpr bool reads_q = false;
+  static constexpr bool has_fast_form = true;
   template <class B>
   SPECVERIFY_ALWAYS_INLINE B operator()(const B& p, const B&) const {
     return xsimd::select(p > B(0.0f), -weight(p) * fast_log(p), B(0.0f));
@@ -179,6 +179,7 @@ struct EntropyTerm {  // -p log p
 
 struct TvTerm {  // |p - q|, times 1/2
   static constexpr bool reads_q = true;
+  static constexpr bool has_fast_form = true;
   template <class B>
   SPECVERIFY_ALWAYS_INLINE B operator()(const B& p, const B& q) const { return xsimd::abs(p - q); }
   template <class B, class M>
@@ -187,6 +188,7 @@ struct TvTerm {  // |p - q|, times 1/2
 
 struct KlTerm {  // p log(p/q); KL(q||p) swaps the rows
   static constexpr bool reads_q = true;
+  static constexpr bool has_fast_form = true;
   template <class B>
   SPECVERIFY_ALWAYS_INLINE B operator()(const B& p, const B& q) const {
     return xsimd::select(p > B(0.0f), weight(p) * log_difference(log_split(p), log_split(q)),
@@ -226,6 +228,10 @@ struct MixtureSplits {
 
 struct JsTerm {  // p log(p/m) + q log(q/m), times 1/2
   static constexpr bool reads_q = true;
+  // A one-ratio form (a log r + b log(2 - r), r = 2a/(a + b)) ran 1.3x faster but missed API.md's
+  // worked value 0.021901 by 1.4e-6 relative: its terms cancel ~5x and float logs near ln 2 carry
+  // 2.5e-8. JS keeps the split form, whose TwoSum-corrected mixture is within 1e-6.
+  static constexpr bool has_fast_form = false;
   template <class B>
   SPECVERIFY_ALWAYS_INLINE B operator()(const B& p, const B& q) const {
     const MixtureSplits<B> l(p, q);
@@ -234,22 +240,11 @@ struct JsTerm {  // p log(p/m) + q log(q/m), times 1/2
     return xsimd::select(p > zero, weight(p) * log_difference(l.p, l.m), zero) +
            xsimd::select(q > zero, weight(q) * log_difference(l.q, l.m), zero) - l.err;
   }
-  /// With a <= b the two values and r = 2a/(a + b) in (0, 1]: the term is a log r + b log(2 - r),
-  /// two logs and one ratio. Its derivative in r is 0 at the exact r, so the roundings of a + b
-  /// and of the ratio change it only in second order (no TwoSum needed).
-  template <class B, class M>
-  SPECVERIFY_ALWAYS_INLINE B fast(const B& p, const B& q, M& rare) const {
-    const B a = xsimd::select(p < q, p, q), b = xsimd::select(p < q, q, p);
-    const B r = ratio(a + a, b + a);
-    const auto positive = a > B(0.0f);
-    rare = rare | (positive & not_normal(r));
-    const B t = xsimd::select(positive, a * log_normal(r), B(0.0f)) + b * log_normal(B(2.0f) - r);
-    return xsimd::select(b > B(0.0f), t, B(0.0f));
-  }
 };
 
 struct JsFsdTerm {  // (p + q) (log(m/p) + log(m/q)), times 1/4
   static constexpr bool reads_q = true;
+  static constexpr bool has_fast_form = true;
   template <class B>
   SPECVERIFY_ALWAYS_INLINE B operator()(const B& p, const B& q) const {
     const MixtureSplits<B> l(p, q);
@@ -301,12 +296,17 @@ Checked<double> sum_terms(const float* p, const float* q, std::int32_t n, Term t
       qv = load(qi);
       rare = rare | unusual(qv);
     }
-    B t = term.fast(pv, qv, rare);
-    if (xsimd::any(rare)) {  // an invalid value, a subnormal or a ratio the fast form cannot take
+    if constexpr (!Term::has_fast_form) {
       ok = ok & valid_probability(pv) & valid_probability(qv);
-      t = term(pv, qv);
+      return term(pv, qv);
+    } else {
+      B t = term.fast(pv, qv, rare);
+      if (xsimd::any(rare)) {  // an invalid value, a subnormal or a ratio the fast form cannot take
+        ok = ok & valid_probability(pv) & valid_probability(qv);
+        t = term(pv, qv);
+      }
+      return t;
     }
-    return t;
   };
   const auto unaligned = [](const float* v) { return B::load_unaligned(v); };
   const auto aligned = [](const float* v) { return B::load_aligned(v); };
