@@ -35,6 +35,16 @@ struct Progress {
   }
 };
 
+/// At temperature 0 the rows are one-hot and every rule is greedy matching: one FSD point per
+/// divergence family shown is enough.
+Sweep sweep_at(Sweep s, float temperature) {
+  if (temperature == 0.0f) {
+    s.divergences = {specverify::Divergence::tv, specverify::Divergence::js};
+    s.fsd_scale = {0.3f};
+  }
+  return s;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -112,10 +122,12 @@ int main(int argc, char** argv) {
         settings.push_back({pair, t, false});
     }
   }
-  Progress progress{0, rules_per_setting(o.sweep) * std::int32_t(settings.size())};
+  Progress progress;
+  for (const Setting& s : settings) progress.total += rules_per_setting(sweep_at(o.sweep, s.temperature));
   std::vector<Row> rows;
   for (const Setting& s : settings) {
     Options so = o;
+    so.sweep = sweep_at(o.sweep, s.temperature);
     if (!s.text) so.trials = std::max(1, o.trials / 3);  // rows of 128k: fewer trials, same contexts count
     const auto& qp = s.text ? quality : std::vector<std::vector<std::int32_t>>(random_prompts.begin(), random_prompts.begin() + std::min<std::size_t>(random_prompts.size(), std::size_t(o.contexts)));
     const auto r = run_setting(*s.pair, s.text ? prompts : random_prompts, qp, s.temperature, so,

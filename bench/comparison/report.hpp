@@ -2,6 +2,7 @@
 // JSON, and gnuplot scripts rendered to PNG.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -92,7 +93,7 @@ inline void write_plots(const std::string& dir, const std::vector<Row>& rows,
   const char* families[] = {"Standard", "Greedy", "EARS", "FSD tv", "FSD js", "FSD js_fsd", "FSD kl_pq",
                             "FSD kl_qp", "rFSD", "SPRINTER", "SpecDec++", "Typical"};
   std::ofstream g(dir + "/tradeoff.gp");
-  g << "set terminal pngcairo size 1400,1000 font ',11'\nset output '" << dir << "/tradeoff.png'\n"
+  g << "set terminal pngcairo size 1400,1000 font ',11' noenhanced\nset output '" << dir << "/tradeoff.png'\n"
     << "set multiplot layout 2,2 title 'Tokens per target call vs quality cost (binned TV of the emitted token "
        "from p; dashed: noise floor)'\nset key bottom right font ',9'\nset grid\n"
     << "set xlabel 'quality cost: TV(emitted, p)'\nset ylabel 'tokens per target call'\n";
@@ -116,20 +117,26 @@ inline void write_plots(const std::string& dir, const std::vector<Row>& rows,
   }
   g << "unset multiplot\n";
 
+  // One block per beta (fortunes pair): temperature, gain over Standard K=4.
   std::ofstream e(dir + "/ears_gain.dat");
-  for (const Row& r : rows) {
-    if (r.family != "EARS") continue;
-    for (const Row& s : rows)
-      if (s.pair == r.pair && s.temperature == r.temperature && s.rule == "Standard K=4")
-        e << r.pair.substr(0, r.pair.find(' ')) << ' ' << r.parameter << ' ' << r.temperature << ' '
-          << r.tokens_per_call / s.tokens_per_call << '\n';
+  std::vector<double> betas;
+  for (const Row& r : rows)
+    if (r.family == "EARS" && std::find(betas.begin(), betas.end(), r.parameter) == betas.end()) betas.push_back(r.parameter);
+  for (const double beta : betas) {
+    e << "\"beta = " << beta << "\"\n";
+    for (const Row& r : rows)
+      if (r.family == "EARS" && r.parameter == beta && r.pair == "fortunes")
+        for (const Row& s : rows)
+          if (s.pair == r.pair && s.temperature == r.temperature && s.rule == "Standard K=4")
+            e << r.temperature << ' ' << r.tokens_per_call / s.tokens_per_call << '\n';
+    e << "\n\n";
   }
   std::ofstream h(dir + "/ears_gain.gp");
-  h << "set terminal pngcairo size 900,600 font ',11'\nset output '" << dir << "/ears_gain.png'\n"
+  h << "set terminal pngcairo size 900,600 font ',11' noenhanced\nset output '" << dir << "/ears_gain.png'\n"
     << "set title 'EARS: tokens per target call relative to Standard (K = 4), fortunes n-gram pair'\n"
     << "set xlabel 'temperature'\nset ylabel 'gain (x Standard)'\nset grid\nset key top left\n"
-    << "plot for [b in '0.05 0.1 0.2'] '< grep ^fortunes " << dir
-    << "/ears_gain.dat' using 3:($2==b+0 ? $4 : 1/0) with linespoints lw 2 ps 1.5 title 'beta = '.b\n";
+    << "plot for [i=0:" << (betas.empty() ? 0 : betas.size() - 1) << "] '" << dir
+    << "/ears_gain.dat' index i using 1:2 with linespoints lw 2 ps 1.5 title columnheader(1)\n";
 }
 
 inline bool run_gnuplot(const std::string& script) {

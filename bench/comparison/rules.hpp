@@ -26,7 +26,7 @@ struct Sweep {
                                       Divergence::kl_target_draft, Divergence::kl_draft_target};
   std::vector<float> fsd_scale{0.05f, 0.15f, 0.3f, 0.6f};  // times the divergence's reference below
   std::vector<float> rfsd_tv{0.2f, 0.4f};
-  std::vector<float> sprinter_eta{0.7f, 0.9f};
+  std::vector<float> sprinter_eta{0.7f, 0.8f, 0.9f};
   std::vector<float> specdecpp_threshold{0.3f, 0.7f};
 };
 
