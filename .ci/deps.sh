@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages specverify's build, tests and benchmarks need, if any is missing.
 set -e
-packages="cmake g++ libxsimd-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev"
+packages="cmake g++ libxsimd-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev fortunes gnuplot-nox"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -41,11 +41,16 @@ inline void softmax_into(const std::vector<float>& logits, float* out) {
 /// underflows, so every divergence stays finite and no row holds subnormals.
 inline constexpr float kLogitBound = 12.0f;
 
+template <class Rng>
+void heavy_tailed_logits(std::vector<float>& logits, Rng& rng) {
+  std::student_t_distribution<float> heavy(3.0f);
+  for (auto& l : logits) l = std::clamp(heavy(rng), -kLogitBound, kLogitBound);
+}
+
 inline SyntheticBatch make_batch(std::int32_t B, std::int32_t K, std::int32_t V,
                                  double misalignment, bool reject_first, std::uint64_t seed) {
   SyntheticBatch s{B, K, V, {}, {}, {}, {}, {}, {}};
   std::mt19937_64 rng(seed);
-  std::student_t_distribution<float> heavy(3.0f);
   std::normal_distribution<float> noise(0.0f, static_cast<float>(misalignment));
   s.p.resize(std::size_t(B) * (K + 1) * V);
   s.q.resize(std::size_t(B) * K * V);
@@ -53,7 +58,7 @@ inline SyntheticBatch make_batch(std::int32_t B, std::int32_t K, std::int32_t V,
   for (std::int32_t b = 0; b < B; ++b) {
     s.offsets.push_back(b * K);
     for (std::int32_t j = 0; j <= K; ++j) {
-      for (auto& l : logits) l = std::clamp(heavy(rng), -kLogitBound, kLogitBound);
+      heavy_tailed_logits(logits, rng);
       float* p = s.p.data() + (std::size_t(b) * (K + 1) + j) * V;
       softmax_into(logits, p);
       if (j == K) break;

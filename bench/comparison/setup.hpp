@@ -1,0 +1,73 @@
+// Building a comparison setting: prompts, the heads trained on a collection run, the fixed
+// quality contexts, and the loop over every rule.
+#pragma once
+
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comparison/report.hpp"
+
+namespace specverify::comparison {
+
+struct Options {
+  std::uint64_t seed = 1;
+  std::int32_t prompts = 8, tokens = 40, contexts = 6, trials = 500, top_bins = 31;
+  double cost_ratio = 0.05;
+  Sweep sweep;
+};
+
+/// Trains both heads on what a Standard run with the longest chains drafts in this setting.
+inline Heads train_heads(ModelPair& m, const std::vector<std::vector<std::int32_t>>& prompts,
+                         const DecodeSettings& s, std::int32_t k_max) {
+  TrainingData data;
+  decode(m, prompts, s, DraftPolicy{Drafting::fixed, k_max, 0}, nullptr,
+         [](const float*) { return Standard{}; }, &data);
+  const Eigen::Index n = Eigen::Index(data.labels.size());
+  const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> H(
+      data.features.data(), n, DraftFeatures::kDim);
+  const Eigen::Map<const Eigen::VectorXf> y(data.labels.data(), n);
+  Heads heads;
+  FitOptions o;
+  o.epochs = 30;
+  o.learning_rate = 1e-2f;
+  o.seed = s.seed;
+  heads.verifier.fit(H, y, o);
+  heads.head.fit(H, y, o);
+  return heads;
+}
+
+/// Runs every rule in one setting; `progress` is called after each rule.
+inline std::vector<Row> run_setting(ModelPair& m, const std::vector<std::vector<std::int32_t>>& prompts,
+                                    const std::vector<std::vector<std::int32_t>>& quality_prompts, float temperature,
+                                    const Options& o, const std::function<void(const std::string&)>& progress) {
+  const DecodeSettings s{o.tokens, temperature, o.seed};
+  Heads heads = train_heads(m, prompts, DecodeSettings{o.tokens, temperature, o.seed + 7}, o.sweep.k_max);
+  const RunStats target = sample_target(m, prompts, DecodeSettings{o.tokens, temperature, o.seed + 11});
+  const std::int32_t V = m.vocab();
+  std::vector<QualityContext> contexts;
+  for (const auto& text : quality_prompts) {
+    QualityContext c{std::vector<float>(2 * std::size_t(V)), std::vector<float>(std::size_t(V))};
+    m.target_row(text.data(), std::int32_t(text.size()), temperature, c.p.data());
+    std::copy_n(c.p.data(), V, c.p.data() + V);
+    m.draft_row(text.data(), std::int32_t(text.size()), temperature, c.q.data());
+    contexts.push_back(std::move(c));
+  }
+  std::vector<Row> rows;
+  for_each_rule(o.sweep, [&](const RuleSpec& spec, const DraftPolicy& policy, auto make_rule) {
+    const RunStats run = decode(m, prompts, s, policy, &heads, make_rule);
+    const Quality q = measure_quality(contexts, V, o.trials, o.top_bins, policy, &heads, make_rule, o.seed + 3);
+    rows.push_back(make_row(m.name(), temperature, spec, run, q, target, o.cost_ratio));
+    progress(spec.name);
+  });
+  return rows;
+}
+
+inline std::int32_t rules_per_setting(const Sweep& s) {
+  std::int32_t n = 0;
+  for_each_rule(s, [&](const RuleSpec&, const DraftPolicy&, auto) { ++n; });
+  return n;
+}
+
+}  // namespace specverify::comparison
