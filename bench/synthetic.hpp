@@ -34,9 +34,6 @@ inline void softmax_into(const std::vector<float>& logits, float* out) {
   for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(out[i] / sum);
 }
 
-/// `misalignment` is the standard deviation of the noise added to the target's logits to make
-/// the draft's; 0 gives q == p. When `reject_first`, p(x) = 0 at every chain's first draft, so
-/// every chain is rejected there and goes through the residual draw.
 /// Target logits are Student-t (3 dof) clamped to +-12: heavy-tailed, yet no probability
 /// underflows, so every divergence stays finite and no row holds subnormals.
 inline constexpr float kLogitBound = 12.0f;
@@ -47,6 +44,9 @@ void heavy_tailed_logits(std::vector<float>& logits, Rng& rng) {
   for (auto& l : logits) l = std::clamp(heavy(rng), -kLogitBound, kLogitBound);
 }
 
+/// `misalignment` is the standard deviation of the noise added to the target's logits to make
+/// the draft's; 0 gives q == p. When `reject_first`, p(x) = 0 at every chain's first draft, so
+/// every chain is rejected there and goes through the residual draw.
 inline SyntheticBatch make_batch(std::int32_t B, std::int32_t K, std::int32_t V,
                                  double misalignment, bool reject_first, std::uint64_t seed) {
   SyntheticBatch s{B, K, V, {}, {}, {}, {}, {}, {}};
@@ -69,6 +69,34 @@ inline SyntheticBatch make_batch(std::int32_t B, std::int32_t K, std::int32_t V,
       const std::int32_t x = draft(rng);
       s.tokens.push_back(x);
       if (reject_first && j == 0) p[x] = 0.0f;
+    }
+  }
+  s.offsets.push_back(B * K);
+  s.out_tokens.resize(std::size_t(B) * (K + 1));
+  s.accepted.resize(std::size_t(B));
+  return s;
+}
+
+/// A batch of B chains of K drafts whose rows are copies of a small pool of distinct synthetic
+/// rows: every chain reads its own memory (as in an engine) without generating B (K + 1) softmax
+/// rows, which at B = 256, K = 8, V = 256000 would take minutes.
+inline SyntheticBatch tile_batch(std::int32_t B, std::int32_t K, std::int32_t V, bool reject_first,
+                                 std::uint64_t seed) {
+  constexpr std::int32_t kPool = 16;
+  const SyntheticBatch pool = make_batch(1, kPool, V, 1.0, false, seed);
+  SyntheticBatch s{B, K, V, {}, {}, {}, {}, {}, {}};
+  s.p.resize(std::size_t(B) * (K + 1) * V);
+  s.q.resize(std::size_t(B) * K * V);
+  for (std::int32_t b = 0; b < B; ++b) {
+    s.offsets.push_back(b * K);
+    for (std::int32_t j = 0; j <= K; ++j) {
+      const std::int32_t r = (b * (K + 1) + j) % kPool;  // pool row r, drafted token pool.tokens[r]
+      float* p = s.p.data() + (std::size_t(b) * (K + 1) + j) * V;
+      std::copy_n(pool.p.data() + std::size_t(r) * V, V, p);
+      if (j == K) break;
+      std::copy_n(pool.q.data() + std::size_t(r) * V, V, s.q.data() + (std::size_t(b) * K + j) * V);
+      s.tokens.push_back(pool.tokens[r]);
+      if (reject_first && j == 0) p[pool.tokens[r]] = 0.0f;
     }
   }
   s.offsets.push_back(B * K);

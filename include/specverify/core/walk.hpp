@@ -180,6 +180,10 @@ SPECVERIFY_HD ChainResult walk_chain(const Rule& rule, const ChainBatch<Prob>& b
 
     const Decision decision = rule.decide(at);
     r.target_checked += decision.target_checked;
+    if (!decision.accepted && traits::on_reject == Draw::argmax && need.argmax) {
+      r.extra = at.p_argmax;  // the statistic already read this row for it
+      return r;
+    }
     if (!decision.accepted) {
       return detail::finish(r, rows, traits::on_reject, p, q, at.token,
                             sample_uniform(randomness, b), j, row, q_row);

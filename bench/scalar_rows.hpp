@@ -1,0 +1,70 @@
+// A plain scalar backend for the core: the same walk_chain, with every row operation a simple
+// loop (std::log, double sums, no SIMD). The benchmarks' "plain scalar implementation".
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "reference_divergence.hpp"
+#include "specverify/cpu/row_kernels.hpp"
+
+namespace specverify::bench {
+
+struct ScalarRows {
+  std::int32_t n;
+
+  using Index = cpu::Checked<std::int32_t>;
+  using Value = cpu::Checked<float>;
+
+  float value(const float* row, std::int32_t v) const { return row[v]; }
+  Value max(const float* p) const {
+    Value r{0.0f, true};
+    for (std::int32_t i = 0; i < n; ++i) {
+      r.ok = r.ok && cpu::valid_probability(p[i]);
+      if (p[i] > r.value) r.value = p[i];
+    }
+    return r;
+  }
+  Index argmax(const float* p) const {
+    const Value m = max(p);
+    if (!m.ok || !(m.value > 0)) return {-1, m.ok};
+    std::int32_t i = 0;
+    while (p[i] != m.value) ++i;
+    return {i, true};
+  }
+  Value entropy(const float* p) const {
+    Value r;
+    double h = 0;
+    for (std::int32_t i = 0; i < n; ++i) {
+      r.ok = r.ok && cpu::valid_probability(p[i]);
+      if (p[i] > 0) h -= p[i] * std::log(p[i]);
+    }
+    r.value = static_cast<float>(h);
+    return r;
+  }
+  Value divergence(Divergence d, const float* p, const float* q, std::int32_t) const {
+    return {reference::divergence_scalar(d, p, q, n), true};
+  }
+  Index draw_residual(const float* p, const float* q, std::int32_t x, float u) const {
+    return draw(cpu::Weights::residual(p, q, x, n), u);
+  }
+  Index draw_target(const float* p, float u) const { return draw(cpu::Weights::target(p, n), u); }
+
+ private:
+  Index draw(const cpu::Weights& w, float u) const {
+    double total = 0;
+    for (std::int32_t i = 0; i < n; ++i) total += w.at(i);
+    if (!(total > 0)) return {-1, true};
+    double running = 0;
+    std::int32_t last = -1;
+    for (std::int32_t i = 0; i < n; ++i) {
+      const double wi = w.at(i);
+      if (wi > 0) last = i;
+      running += wi;
+      if (wi > 0 && running > u * total) return {i, true};
+    }
+    return {last, true};
+  }
+};
+
+}  // namespace specverify::bench
