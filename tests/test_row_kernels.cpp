@@ -47,6 +47,24 @@ TEST(RowKernels, EveryPassFlagsInvalidValuesInBodyAndTail) {
   }
 }
 
+TEST(RowKernels, NegativeZeroAndHugeFiniteValuesAreValid) {
+  // The vector passes screen validity by the bits; -0 (sign bit) and pairs of large values whose
+  // OR-ed bits reach +inf's must still pass through the exact check as valid.
+  for (const std::int32_t at : {0, 20, 40}) {
+    std::vector<float> p(41, 0.01f), q(41, 0.01f);
+    p[std::size_t(at)] = -0.0f;
+    EXPECT_TRUE(row_max(p.data(), 41).ok) << at;
+    EXPECT_EQ(row_max(p.data(), 41).value, 0.01f);
+    EXPECT_TRUE(draw(Weights::target(p.data(), 41), 0.5f).ok) << at;
+    p[std::size_t(at)] = 3e38f;
+    q[std::size_t(at)] = 1.5e38f;
+    const auto d = draw(Weights::residual(p.data(), q.data(), 3, 41), 0.5f);
+    EXPECT_TRUE(d.ok) << at;
+    EXPECT_EQ(d.value, at) << "nearly all the residual mass is there";
+    EXPECT_EQ(row_max(p.data(), 41).value, 3e38f);
+  }
+}
+
 TEST(RowKernels, DrawMatchesInverseCdfReferenceAcrossChunks) {
   std::mt19937_64 rng(8);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <cstring>
 
 #include "specverify/core/row_math.hpp"
 
@@ -40,26 +41,49 @@ struct Checked {
   bool ok = true;
 };
 
-template <class Arch = DefaultArch>
-Checked<float> row_max(const float* p, std::int32_t n) {
-  using B = xsimd::batch<float, Arch>;
-  constexpr std::int32_t W = B::size;
-  B m(0.0f);
-  auto ok = B(0.0f) == B(0.0f);
-  std::int32_t i = 0;
-  for (; i + W <= n; i += W) {
-    const B v = B::load_unaligned(p + i);
-    ok = ok & valid_probability(v);
-    m = lane_max(m, v);
+/// Validity and maximum from the bits alone: as unsigned integers, the bits of every finite
+/// nonnegative float lie below those of +inf and keep the floats' order, while negative values
+/// (sign bit), inf and NaN lie at or above. So one unsigned max per vector tracks both; a row
+/// whose max bits are not below +inf's goes to an exact scalar pass (which also accepts -0).
+template <class Arch>
+struct BitsMax {
+  using U = xsimd::batch<std::uint32_t, Arch>;
+  static constexpr std::uint32_t kInfBits = 0x7f800000u;
+  U bits = U(0u);
+
+  void add(const xsimd::batch<float, Arch>& v) {
+    bits = lane_max(bits, xsimd::bitwise_cast<U>(v));
   }
-  alignas(64) float lanes[W];
-  m.store_aligned(lanes);
-  Checked<float> r{*std::max_element(lanes, lanes + W), xsimd::all(ok)};
-  for (; i < n; ++i) {
+  std::uint32_t value() const {
+    alignas(64) std::uint32_t lanes[U::size];
+    bits.store_aligned(lanes);
+    return *std::max_element(lanes, lanes + U::size);
+  }
+};
+
+/// The exact scalar pass: every value valid, and the largest.
+inline Checked<float> scalar_max(const float* p, std::int32_t n) {
+  Checked<float> r;
+  for (std::int32_t i = 0; i < n; ++i) {
     r.ok = r.ok && valid_probability(p[i]);
     r.value = std::max(r.value, p[i]);
   }
   return r;
+}
+
+template <class Arch = DefaultArch>
+Checked<float> row_max(const float* p, std::int32_t n) {
+  using B = xsimd::batch<float, Arch>;
+  constexpr std::int32_t W = B::size;
+  BitsMax<Arch> m;
+  std::int32_t i = 0;
+  for (; i + W <= n; i += W) m.add(B::load_unaligned(p + i));
+  const Checked<float> tail = scalar_max(p + i, n - i);
+  std::uint32_t bits = m.value();
+  if (bits >= BitsMax<Arch>::kInfBits || !tail.ok) return scalar_max(p, n);
+  float body;
+  std::memcpy(&body, &bits, sizeof body);
+  return {std::max(body, tail.value), true};
 }
 
 /// Lowest index holding max p. A row without mass has no argmax: value is -1.
@@ -102,6 +126,13 @@ struct Weights {
   }
 };
 
+inline bool all_valid(const Weights& w) {
+  for (std::int32_t i = 0; i < w.n; ++i) {
+    if (!w.valid(i)) return false;
+  }
+  return true;
+}
+
 /// Elements per chunk of the two-level draw (shared with the CUDA backend): the chunk sums live on
 /// the stack and the rescan touches one short, cache-hot stretch.
 using core::chunk_length;
@@ -132,7 +163,7 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
   const std::int32_t chunk = chunk_length(w.n);
   double sums[kMaxChunks];
   double total = 0.0;
-  auto ok = F(0.0f) == F(0.0f);
+  BitsMax<Arch> check;  // the bits of p | q: at or above +inf's when a value may be invalid
   bool ok_tail = true;
   const D zero(0.0);
   std::int32_t chunks = 0;
@@ -144,14 +175,13 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
     std::int32_t i = begin;
     if (w.q) {
       for (; i + WF <= end; i += WF) {
-        ok = ok & valid_probability(F::load_unaligned(w.p + i)) &
-             valid_probability(F::load_unaligned(w.q + i));
+        check.add(F::load_unaligned(w.p + i) | F::load_unaligned(w.q + i));
         lo += lane_max(D::load_unaligned(w.p + i) - D::load_unaligned(w.q + i), zero);
         hi += lane_max(D::load_unaligned(w.p + i + W) - D::load_unaligned(w.q + i + W), zero);
       }
     } else {
       for (; i + WF <= end; i += WF) {
-        ok = ok & valid_probability(F::load_unaligned(w.p + i));
+        check.add(F::load_unaligned(w.p + i));
         lo += D::load_unaligned(w.p + i);
         hi += D::load_unaligned(w.p + i + W);
       }
@@ -169,7 +199,9 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
     sums[chunks] = s;
     total += s;
   }
-  if (!xsimd::all(ok) || !ok_tail) return {-1, false};
+  // OR-ed bits reach +inf's only if a value is negative, inf or NaN (or, for unnormalised rows,
+  // two values above 1 combine so): the exact scalar check then decides.
+  if (!ok_tail || (check.value() >= BitsMax<Arch>::kInfBits && !all_valid(w))) return {-1, false};
   if (!(total > 0.0)) return {-1, true};
 
   const double threshold = static_cast<double>(u) * total;
