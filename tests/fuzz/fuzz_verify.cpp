@@ -118,9 +118,9 @@ void build(FuzzedDataProvider& in, Case& c) {
     c.known_bad = true;
     const std::int32_t at = in.ConsumeIntegralInRange<std::int32_t>(0, Bn);
     const std::int32_t by = in.ConsumeIntegralInRange<std::int32_t>(1, std::numeric_limits<std::int32_t>::max());
-    // Offset 0 moved, or a later one moved below its predecessor: either is invalid.
+    // Offset 0 moved, or a later one moved below its predecessor (offsets[at - 1] >= 0, so the
+    // difference cannot overflow): either is invalid.
     c.offsets[at] = at == 0 ? (in.ConsumeBool() ? by : -by) : c.offsets[at - 1] - by;
-    if (at > 0 && c.offsets[at - 1] < std::numeric_limits<std::int32_t>::min() + by) c.offsets[at] = -1;
   }
   std::int64_t drafts = 0, longest = 0;
   if (!c.known_bad && Bn > 0) {
