@@ -10,6 +10,7 @@
 // up. Input the harness knows is malformed must throw; input it knows is well formed must not.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -330,6 +331,16 @@ void run(const Rule& rule, Case& c, bool params_ok, bool is_standard) {
     // The extra token comes from the row where the chain stopped, and that row gives it mass.
     CHECK(c.p[(first_row + n) * c.t_stride + extra] > 0.0f, b, extra);
     for (std::int32_t i = n + 1; i < c.out.row_width; ++i) CHECK(row[i] == kNoToken, i, row[i]);
+    if constexpr (rule_traits<Rule>::on_bonus == Draw::argmax) {  // Greedy: decisions and token
+      const auto argmax = [&](std::int64_t r) {
+        const float* p = c.p.data() + r * c.t_stride;
+        return static_cast<std::int32_t>(std::max_element(p, p + V) - p);  // lowest index of the max
+      };
+      for (std::int32_t j = 0; j < std::min(n + 1, kept); ++j) {
+        CHECK((c.tokens[first + j] == argmax(first_row + j)) == (j < n), b, j);
+      }
+      CHECK(extra == argmax(first_row + n), extra, argmax(first_row + n));
+    }
     if (is_standard && c.randomness.accept_uniforms) {  // Standard's decisions, recomputed exactly
       for (std::int32_t j = 0; j < std::min(n + 1, kept); ++j) {
         const float px = c.p[(first_row + j) * c.t_stride + c.tokens[first + j]];
