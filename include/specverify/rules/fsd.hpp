@@ -32,7 +32,9 @@ struct ReducibleFsd {
   SPECVERIFY_HD RowStats stats() const { return RowStats::of_divergence(divergence); }
   SPECVERIFY_HD Decision decide(const Position& at) const {
     if (Decision::standard_test(at)) return Decision::exact(true);
-    const bool close = at.p_x > 0.0f && at.divergence < threshold;
+    // threshold > 0: a divergence computed below 0 (rounding, or rows that are not normalised)
+    // must not make threshold 0 accept more than Standard.
+    const bool close = at.p_x > 0.0f && threshold > 0.0f && at.divergence < threshold;
     return {close, close, true};
   }
   Problem check() const { return Problem::unless_within("threshold", threshold, 0.0, 3.4e38); }
