@@ -1,7 +1,8 @@
 #!/bin/sh
-# Installs the Debian packages specverify's build, tests and benchmarks need, if any is missing.
+# Installs the Debian packages specverify's build, tests, benchmarks and rule comparison need, and
+# any named as arguments (.ci/run adds clang for its fuzz and tsan stages), if any is missing.
 set -e
-packages="cmake g++ libxsimd-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev fortunes gnuplot-nox"
+packages="cmake g++ libxsimd-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev fortunes gnuplot-nox $*"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
