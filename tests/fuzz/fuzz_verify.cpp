@@ -391,7 +391,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 4: run(ReducibleFsd{pick_divergence(kind), a}, c, nonneg_a, false); break;
     case 5: run(Sprinter{b, scores}, c, in_range(b, 0.0f, 1.0f) && scores_ok, false); break;
     case 6: {
-      const bool ok = nonneg_a && scores_ok;
+      const bool ok = in_range(a, 0.0f, 1.0f) && scores_ok;  // a stop threshold lies in [0, 1]
       switch (kind % 4) {
         case 0: run(SpecDecPP<Standard>{a, scores, {}}, c, ok, true); break;
         case 1: run(SpecDecPP<Greedy>{a, scores, {}}, c, ok, false); break;

@@ -41,6 +41,23 @@ struct Checked {
   bool ok = true;
 };
 
+// Lane-wise unsigned max. xsimd::max, because xsimd 8.1's integer select does not compile on
+// AVX-512BW at -O0; and g++ 12 reports a false -Wmaybe-uninitialized inside the AVX-512
+// intrinsic it inlines (_mm512_undefined_epi32), silenced here alone so -Werror users stay clean.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+template <class Arch>
+inline xsimd::batch<std::uint32_t, Arch> unsigned_max(const xsimd::batch<std::uint32_t, Arch>& a,
+                                                      const xsimd::batch<std::uint32_t, Arch>& b) {
+  return xsimd::max(a, b);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 /// Validity and maximum from the bits alone: as unsigned integers, the bits of every finite
 /// nonnegative float lie below those of +inf and keep the floats' order, while negative values
 /// (sign bit), inf and NaN lie at or above. So one unsigned max per vector tracks both; a row
@@ -51,9 +68,7 @@ struct BitsMax {
   static constexpr std::uint32_t kInfBits = 0x7f800000u;
   U bits = U(0u);
 
-  void add(const xsimd::batch<float, Arch>& v) {
-    bits = lane_max(bits, xsimd::bitwise_cast<U>(v));
-  }
+  void add(const xsimd::batch<float, Arch>& v) { bits = unsigned_max(bits, xsimd::bitwise_cast<U>(v)); }
   std::uint32_t value() const {
     alignas(64) std::uint32_t lanes[U::size];
     bits.store_aligned(lanes);
