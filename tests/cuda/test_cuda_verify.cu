@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "specverify/cuda.cuh"
+#include "bad_inputs.hpp"
 #include "support.hpp"
 #include "typical_acceptance.hpp"
 
@@ -386,30 +387,14 @@ void expect_reported(const Chains& c, const Randomness& r,
   EXPECT_EQ(s.drafted, 0);
 }
 
-std::vector<float> uniform_row(std::int32_t V) { return std::vector<float>(std::size_t(V), 1.0f / V); }
-
-Chains two_sequences(std::int32_t V = 8) {
-  Chains c(V);
-  const auto p = uniform_row(V);
-  c.add({1, 2}, {p, p, p}, {p, p});
-  c.add({3}, {p, p}, {p});
-  return c;
-}
+using testing::nan_in_residual_row;
+using testing::two_sequences;
+using testing::uniform_row;
 
 TEST(BadInput, NaNInAResidualRowIsNamed) {
   REQUIRE_DEVICE();
   for (const bool all_nan : {false, true}) {
-    constexpr std::int32_t V = 100;
-    std::vector<float> p(V, 0.0f), q(V, 0.0f), bad(V, kNaN);
-    p[1] = 1.0f;
-    q[2] = 1.0f;
-    if (!all_nan) {
-      bad = p;
-      bad[60] = kNaN;
-    }
-    Chains c(V);
-    c.add({5}, {p, p}, {q});
-    c.add({2}, {all_nan ? bad : p, p}, {all_nan ? q : bad});
+    Chains c = nan_in_residual_row(all_nan);
     expect_reported(c, Randomness{}, {"sequence 1", "position 0", "nan", all_nan ? "token 2" : "token 60"});
   }
 }
