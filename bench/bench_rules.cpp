@@ -119,7 +119,9 @@ void VerifyRule(benchmark::State& state, Rule rule, Config config) {
     scalar_time = seconds([&] {
       for (std::int32_t b = 0; b < config.B; ++b) {
         ScalarRows scalar{config.V};
-        benchmark::DoNotOptimize(core::walk_chain(rule, batch, randomness, b, scalar).extra);
+        benchmark::DoNotOptimize(core::walk(rule, core::ChainLayout::of(batch),
+                                            core::ProbSource<float>::of(batch), randomness, b, scalar)
+                                     .extra);
       }
     });
   }

@@ -1,4 +1,4 @@
-// A plain scalar backend for the core: the same walk_chain, with every row operation a simple
+// A plain scalar backend for the core: the same walk, with every row operation a simple
 // loop (std::log, double sums, no SIMD). The benchmarks' "plain scalar implementation".
 #pragma once
 
@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "reference_divergence.hpp"
+#include "specverify/core/residual.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 
 namespace specverify::bench {
@@ -15,7 +16,9 @@ struct ScalarRows {
 
   using Index = cpu::Checked<std::int32_t>;
   using Value = cpu::Checked<float>;
+  using View = const float*;
 
+  View open(View row) const { return row; }
   float value(const float* row, std::int32_t v) const { return row[v]; }
   Value max(const float* p) const {
     Value r{0.0f, true};
@@ -42,11 +45,19 @@ struct ScalarRows {
     r.value = static_cast<float>(h);
     return r;
   }
-  Value divergence(Divergence d, const float* p, const float* q, std::int32_t) const {
-    return {reference::divergence_scalar(d, p, q, n), true};
+  Value divergence(Divergence d, const float* p, const View* q, std::int32_t) const {
+    return {reference::divergence_scalar(d, p, q ? *q : nullptr, n), true};
   }
-  Index draw_residual(const float* p, const float* q, std::int32_t x, float u) const {
-    return draw(cpu::Weights::residual(p, q, x, n), u);
+  Index draw_residual(const float* p, const View* q, std::int32_t x, float u) const {
+    return draw(cpu::Weights::residual(p, q ? *q : nullptr, x, n), u);
+  }
+  cpu::Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
+    const auto m = core::residual_mass(*this, r, x);
+    return {m.value, m.ok};
+  }
+  Index draw(const core::Residual<View>& r, std::int32_t x, float u) const {
+    const auto t = core::residual_draw(*this, r, x, u);
+    return {t.value, t.ok};
   }
   Index draw_target(const float* p, float u) const { return draw(cpu::Weights::target(p, n), u); }
 

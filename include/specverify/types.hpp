@@ -30,6 +30,41 @@ struct ChainOutput {
   std::int32_t* tokens{};
   std::int32_t row_width = 0;
   std::int32_t* num_accepted{};
+  float* logprobs{};  // optional [B][row_width]: log p(token) under the row it was emitted from
+};
+
+/// How the children of each tree node were drafted; the lossless tree test depends on it.
+enum class Drafted {
+  sampled,                      // independently from q (with replacement; duplicates allowed)
+  sampled_without_replacement,  // one after another from q with earlier siblings removed
+  deterministic,                // chosen without sampling (top-k of q, beam, lookup): q is not read
+};
+
+/// A batch of draft trees. Sequence b owns nodes node_offsets[b] .. node_offsets[b+1]-1; a node's
+/// parent is a sequence-local index below its own (-1: a child of the root, the last committed
+/// token). Its k_b + 1 target rows start at node_offsets[b] + b: row 0 is p at the root, row 1 + i
+/// is p after node i. Draft rows are laid out alike: the q that node's children were drafted from.
+template <class Prob = float>
+struct TreeBatch {
+  std::int32_t batch_size = 0;
+  std::int32_t vocab_size = 0;
+  const std::int32_t* node_offsets{};
+  const std::int32_t* parents{};
+  const std::int32_t* draft_tokens{};
+  const Prob* target_probs{};
+  const Prob* draft_probs{};  // nullptr when deterministic
+  std::int64_t target_stride = 0, draft_stride = 0;  // 0 means vocab_size
+  Drafted drafted = Drafted::sampled;
+};
+
+/// Where verify() writes for trees: the accepted path's tokens, one more token, then kNoToken.
+struct TreeOutput {
+  std::int32_t* tokens{};
+  std::int32_t row_width = 0;         // >= deepest path + 1
+  std::int32_t* num_accepted{};
+  std::int32_t* accepted_nodes{};     // optional [B][row_width]: sequence-local node of each
+                                      //   accepted token (KV-cache compaction), then kNoToken
+  float* logprobs{};                  // optional, as ChainOutput
 };
 
 /// Seeds and optional caller uniforms. Advance `offset` between steps (any new value gives fresh
@@ -40,6 +75,7 @@ struct Randomness {
   const std::uint64_t* sequence_seeds{};
   const float* accept_uniforms{};
   const float* sample_uniforms{};
+  const std::int64_t* positions{};  // [B]: absolute position of sequence b's first draft (Coupled)
 };
 
 struct VerifyStats {

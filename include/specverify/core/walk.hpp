@@ -1,26 +1,35 @@
-// The verify-and-resample core: one chain, walked position by position.
+// The verify-and-resample core: one sequence's drafts, walked from the root.
 //
-// walk_chain is the only place that knows how a chain is laid out and when the extra token is
-// drawn. It is generic over the rule (what to decide, what to draw on rejection) and over the
-// backend's row operations, and compiles for host and device alike:
+// walk() is the only code that decides which drafts a sequence keeps and draws its one extra
+// token. It is generic over three things and knows none of them in particular:
+//   - the rule (rule.hpp): what to decide for one draft, what to draw on rejection;
+//   - the layout (chain_layout.hpp, tree_layout.hpp): which nodes follow which, and which rows
+//     hold their p and q. A chain is a tree whose nodes each have one child;
+//   - the row source and the backend's rows: the source names a row, the backend opens it (for
+//     logits, a pre-pass; for probabilities, nothing) and does the row work through the view:
 //
-//   struct Rows {                                // what a backend provides (see cpu/rows.hpp)
-//     float value(const Prob* row, std::int32_t v);
-//     R<float> max(const Prob* p);               // R<T>: {T value; bool ok;}, ok == false when
-//     R<std::int32_t> argmax(const Prob* p);     //   the pass read a NaN, inf or negative value
-//     R<float> entropy(const Prob* p);
-//     R<float> divergence(Divergence, const Prob* p, const Prob* q_or_null, std::int32_t x);
-//     R<std::int32_t> draw_residual(const Prob* p, const Prob* q_or_null, std::int32_t x, float u);
-//     R<std::int32_t> draw_target(const Prob* p, float u);  // value -1: no mass to draw from
+//   struct Rows {                                  // what a backend provides (see cpu/rows.hpp)
+//     View open(Source::Row);                      // the pre-pass of a row the walk reaches
+//     float value(const View&, std::int32_t v);
+//     R<float> max(const View& p);                 // R<T>: {T value; bool ok;}, ok == false when
+//     R<std::int32_t> argmax(const View& p);       //   the pass read an invalid value
+//     R<float> entropy(const View& p);
+//     R<float> divergence(Divergence, const View& p, const View* q, std::int32_t x);
+//     R<std::int32_t> draw_residual(const View& p, const View* q, std::int32_t x, float u);
+//     R<std::int32_t> draw_target(const View& p, float u);   // value -1: no mass to draw from
+//     R<double> mass(const Residual<View>&, std::int32_t x);  // after rejecting sibling x
+//     R<std::int32_t> draw(const Residual<View>&, std::int32_t x, float u);
 //   };
 //
-// Nothing is written here: the chain's outcome is returned, so the host can validate a whole batch
-// before any output changes.
+// Nothing is written but the optional logprob stage: the outcome is returned, so the host can
+// validate a whole batch before any output changes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "specverify/config.hpp"
+#include "specverify/core/residual.hpp"
 #include "specverify/philox.hpp"
 #include "specverify/rule.hpp"
 #include "specverify/types.hpp"
@@ -31,23 +40,27 @@ namespace specverify::core {
 /// knows the row is bad; the host then scans it to name the value.
 enum class FaultKind : std::uint8_t {
   none,
-  bad_value,        // NaN, infinite or negative probability in a row that was read
-  bad_row_max,      // target_row_max entry that is NaN, infinite or negative
-  target_no_mass,   // a target row to draw from (or take the argmax of) sums to zero
+  bad_value,         // NaN, infinite or negative probability (or NaN / +inf logit) in a row read
+  bad_row_max,       // target_row_max entry that is NaN, infinite or negative
+  target_no_mass,    // a target row to draw from (or take the argmax of) has no mass
+  too_many_children, // more rejected siblings at one node than kMaxSiblings
 };
 
 struct Fault {
   FaultKind kind = FaultKind::none;
-  std::int32_t position = 0;      // j within the chain
-  std::int64_t target_row = -1;   // row of target_probs involved
-  std::int64_t draft_row = -1;    // row of draft_probs involved, -1 if none
+  std::int32_t position = 0;      // depth of the row read (a chain's position)
+  std::int32_t node = -1;         // the node under test, or for the bonus row the last one (-1: root)
+  std::int64_t target_row = -1;   // row of the target rows involved
+  std::int64_t draft_row = -1;    // row of the draft rows involved, -1 if none
   std::int32_t column = -1;       // vocabulary index, -1 if not known
   float value = 0;
 };
 
-/// The outcome of one chain: n_b, the extra token, the sequence's share of VerifyStats.
-struct ChainResult {
+/// The outcome of one sequence: n_b, the last accepted node (-1: none), the extra token, and the
+/// sequence's share of VerifyStats.
+struct WalkResult {
   std::int32_t accepted = 0;
+  std::int32_t last_node = -1;
   std::int32_t extra = kNoToken;
   std::int32_t drafted = 0;
   std::int32_t relaxed = 0;
@@ -55,20 +68,7 @@ struct ChainResult {
   Fault fault;
 };
 
-template <class Prob>
-SPECVERIFY_HD const Prob* target_row(const ChainBatch<Prob>& batch, std::int64_t row) {
-  const std::int64_t stride = batch.target_stride ? batch.target_stride : batch.vocab_size;
-  return batch.target_probs + row * stride;
-}
-
-template <class Prob>
-SPECVERIFY_HD const Prob* draft_row(const ChainBatch<Prob>& batch, std::int64_t row) {
-  if (!batch.draft_probs) return nullptr;
-  const std::int64_t stride = batch.draft_stride ? batch.draft_stride : batch.vocab_size;
-  return batch.draft_probs + row * stride;
-}
-
-/// Acceptance uniform of draft position j (chain-relative) of sequence b, drawn index g overall.
+/// Acceptance uniform of node j (sequence-local) of sequence b, global draft index g.
 /// With per-sequence seeds the counter omits b, so a sequence's draws ignore the rest of the batch.
 SPECVERIFY_HD inline float accept_uniform(const Randomness& r, std::int32_t b, std::int32_t j,
                                           std::int32_t g) {
@@ -91,109 +91,184 @@ SPECVERIFY_HD inline bool valid_probability_value(float v) {
 
 namespace detail {
 
-SPECVERIFY_HD inline ChainResult& fail(ChainResult& r, FaultKind kind, std::int32_t j,
-                                       std::int64_t target, std::int64_t draft,
-                                       std::int32_t column = -1, float value = 0) {
-  r.fault = Fault{kind, j, target, draft, column, value};
+SPECVERIFY_HD inline WalkResult& fail(WalkResult& r, FaultKind kind, std::int32_t depth,
+                                      std::int32_t node, std::int64_t target, std::int64_t draft,
+                                      std::int32_t column = -1, float value = 0) {
+  r.fault = Fault{kind, depth, node, target, draft, column, value};
   return r;
 }
 
-/// Draws the one extra token from row p (and q) as `how` says, or records why it cannot.
-SPECVERIFY_HD_TEMPLATE
-template <class Rows, class Prob>
-SPECVERIFY_HD ChainResult& finish(ChainResult& r, Rows& rows, Draw how, const Prob* p,
-                                  const Prob* q, std::int32_t x, float u, std::int32_t j,
-                                  std::int64_t target, std::int64_t draft) {
-  auto token = how == Draw::argmax   ? rows.argmax(p)
-               : how == Draw::target ? rows.draw_target(p, u)
-                                     : rows.draw_residual(p, q, x, u);
-  if (token.ok && token.value < 0 && how == Draw::residual) token = rows.draw_target(p, u);
-  if (!token.ok) return fail(r, FaultKind::bad_value, j, target, how == Draw::residual ? draft : -1);
-  if (token.value < 0) return fail(r, FaultKind::target_no_mass, j, target, -1);
+/// Records the extra token of a draw, or why there is none.
+template <class Token>
+SPECVERIFY_HD WalkResult& take(WalkResult& r, const Token& token, std::int32_t depth,
+                               std::int32_t node, std::int64_t target, std::int64_t draft) {
+  if (!token.ok) return fail(r, FaultKind::bad_value, depth, node, target, draft);
+  if (token.value < 0) return fail(r, FaultKind::target_no_mass, depth, node, target, -1);
   r.extra = token.value;
   return r;
 }
 
-}  // namespace detail
-
-/// Walks sequence b's chain: decides each draft in order, stops at the first rejection, and draws
-/// the extra token (on rejection as the rule says, else the bonus token from the row after the
-/// last kept draft). Row statistics are computed only for positions the walk reaches.
 SPECVERIFY_HD_TEMPLATE
-template <class Rule, class Rows, class Prob>
-SPECVERIFY_HD ChainResult walk_chain(const Rule& rule, const ChainBatch<Prob>& batch,
-                                     const Randomness& randomness, std::int32_t b, Rows& rows) {
-  using traits = rule_traits<Rule>;
-  ChainResult r;
-  const std::int32_t first = batch.draft_offsets[b];
-  r.drafted = batch.draft_offsets[b + 1] - first;
-  const std::int32_t k = traits::cut(rule, first, r.drafted);
-  const std::int64_t first_row = std::int64_t{first} + b;
-  const RowStats need = traits::stats(rule);
+template <class Rows, class View>
+SPECVERIFY_HD float log_p(Rows& rows, const View& p, std::int32_t v) {
+  return static_cast<float>(::log(static_cast<double>(rows.value(p, v))));
+}
 
-  for (std::int32_t j = 0; j < k; ++j) {
-    const std::int64_t row = first_row + j;
-    Position at;
-    at.sequence = b;
-    at.index = j;
-    at.draft = first + j;
-    at.token = batch.draft_tokens[at.draft];
-    const Prob* p = target_row(batch, row);
-    const Prob* q = draft_row(batch, at.draft);
-    const std::int64_t q_row = q ? at.draft : -1;
-    at.p_x = rows.value(p, at.token);
-    if (!valid_probability_value(at.p_x)) {
-      return detail::fail(r, FaultKind::bad_value, j, row, -1, at.token, at.p_x);
-    }
-    at.q_x = q ? rows.value(q, at.token) : 1.0f;
-    if (!valid_probability_value(at.q_x)) {
-      return detail::fail(r, FaultKind::bad_value, j, -1, q_row, at.token, at.q_x);
-    }
-    at.u = accept_uniform(randomness, b, j, at.draft);
-
-    if (need.max && batch.target_row_max) {
-      at.p_max = batch.target_row_max[row];
-      if (!valid_probability_value(at.p_max)) {
-        return detail::fail(r, FaultKind::bad_row_max, j, row, -1, -1, at.p_max);
-      }
-    } else if (need.max) {
+/// The row statistics a rule asks for, of the node's p (and q) and the first child's token in
+/// `at`; what went wrong otherwise (a bad target_row_max entry leaves its value in at.p_max).
+SPECVERIFY_HD_TEMPLATE
+template <class Rows, class Source, class View>
+SPECVERIFY_HD FaultKind node_stats(Rows& rows, const Source& source, const RowStats& need,
+                                   const View& p, const View* q, std::int64_t p_row, Position& at) {
+  if (need.max) {
+    if (const float* known = source.known_max(p_row)) {
+      at.p_max = *known;
+      if (!valid_probability_value(at.p_max)) return FaultKind::bad_row_max;
+    } else {
       const auto m = rows.max(p);
-      if (!m.ok) return detail::fail(r, FaultKind::bad_value, j, row, -1);
+      if (!m.ok) return FaultKind::bad_value;
       at.p_max = m.value;
     }
-    if (need.argmax) {
-      const auto a = rows.argmax(p);
-      if (!a.ok) return detail::fail(r, FaultKind::bad_value, j, row, -1);
-      if (a.value < 0) return detail::fail(r, FaultKind::target_no_mass, j, row, -1);
-      at.p_argmax = a.value;
-    }
-    if (need.entropy) {
-      const auto h = rows.entropy(p);
-      if (!h.ok) return detail::fail(r, FaultKind::bad_value, j, row, -1);
-      at.entropy = h.value;
-    }
-    if (need.divergence) {
-      const auto d = rows.divergence(need.kind, p, q, at.token);
-      if (!d.ok) return detail::fail(r, FaultKind::bad_value, j, row, q_row);
-      at.divergence = d.value;
-    }
+  }
+  if (need.argmax) {
+    const auto a = rows.argmax(p);
+    if (!a.ok) return FaultKind::bad_value;
+    if (a.value < 0) return FaultKind::target_no_mass;
+    at.p_argmax = a.value;
+  }
+  if (need.entropy) {
+    const auto h = rows.entropy(p);
+    if (!h.ok) return FaultKind::bad_value;
+    at.entropy = h.value;
+  }
+  if (need.divergence) {
+    const auto d = rows.divergence(need.kind, p, q, at.token);
+    if (!d.ok) return FaultKind::bad_value;
+    at.divergence = d.value;
+  }
+  return FaultKind::none;
+}
 
-    const Decision decision = rule.decide(at);
-    r.target_checked += decision.target_checked;
-    if (!decision.accepted && traits::on_reject == Draw::argmax && need.argmax) {
-      r.extra = at.p_argmax;  // the statistic already read this row for it
+}  // namespace detail
+
+/// Walks sequence b from the root: at each node, tests the children in index order with the rule
+/// and follows the first accepted; where none is, draws the extra token as the rule says (from
+/// what is left of p after the rejected siblings, for residual rules), and where the path ends,
+/// the bonus token from the last row. Row statistics are computed only at nodes the walk reaches.
+/// `logprobs` (nullable, row_width floats) receives log p of each emitted token.
+SPECVERIFY_HD_TEMPLATE
+template <class Rule, class Layout, class Source, class Rows>
+SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Source& source,
+                              const Randomness& randomness, std::int32_t b, Rows& rows,
+                              float* logprobs = nullptr) {
+  using traits = rule_traits<Rule>;
+  using View = decltype(rows.open(source.target_row(b, 0)));
+  WalkResult r;
+  const std::int32_t first = layout.first(b);
+  r.drafted = layout.count(b);
+  const std::int32_t limit = traits::cut(rule, first, r.drafted);  // nodes past it are not offered
+  const RowStats need = traits::stats(rule);
+  const Drafted drafted = layout.drafted();
+  const bool has_q = source.has_draft() && drafted != Drafted::deterministic;
+  constexpr bool kResidual = traits::on_reject == Draw::residual;
+
+  std::int32_t node = -1;  // the root
+  for (std::int32_t depth = 0;; ++depth) {
+    const std::int64_t p_row = layout.target_row(b, node);
+    const View p = rows.open(source.target_row(b, p_row));
+    std::int32_t c = layout.child(b, node, -1);
+    if (c >= limit) c = -1;
+    if (c < 0) {  // every draft on the path passed: the bonus token
+      auto token = traits::on_bonus == Draw::argmax ? rows.argmax(p) : rows.draw_target(p, sample_uniform(randomness, b));
+      detail::take(r, token, depth, node, p_row, -1);
+      if (logprobs && r.extra >= 0) logprobs[depth] = detail::log_p(rows, p, r.extra);
       return r;
     }
-    if (!decision.accepted) {
-      return detail::finish(r, rows, traits::on_reject, p, q, at.token,
-                            sample_uniform(randomness, b), j, row, q_row);
+
+    const std::int64_t q_row = has_q ? layout.draft_row(b, c) : -1;
+    Residual<View> residual;
+    residual.p = p;
+    residual.has_q = has_q;
+    residual.drafted = drafted;
+    if (has_q) residual.q = rows.open(source.draft_row(b, q_row));
+    Position at;
+    at.sequence = b;
+
+    // The children, in index order, against what is left of p.
+    bool accepted = false, stats_done = false;
+    for (;;) {
+      at.index = c;
+      at.draft = first + c;
+      at.token = layout.token(b, c);
+      const float p_x = rows.value(p, at.token);
+      if (!valid_probability_value(p_x)) {
+        return detail::fail(r, FaultKind::bad_value, depth, c, p_row, -1, at.token, p_x);
+      }
+      const float q_x = has_q ? rows.value(residual.q, at.token) : 1.0f;
+      if (!valid_probability_value(q_x)) {
+        return detail::fail(r, FaultKind::bad_value, depth, c, -1, q_row, at.token, q_x);
+      }
+      at.p_x = residual.plain() ? p_x : static_cast<float>(residual.at(rows, at.token));
+      at.q_x = residual.plain() ? q_x : static_cast<float>(residual.q_at(rows, residual.steps, c, at.token));
+      at.u = accept_uniform(randomness, b, c, at.draft);
+      if (need.any() && !stats_done) {  // once per node, for all its children
+        stats_done = true;
+        const FaultKind f = detail::node_stats(rows, source, need, p, has_q ? &residual.q : nullptr, p_row, at);
+        if (f == FaultKind::bad_row_max) return detail::fail(r, f, depth, c, p_row, -1, -1, at.p_max);
+        if (f != FaultKind::none) return detail::fail(r, f, depth, c, p_row, need.divergence ? q_row : -1);
+      }
+
+      const Decision decision = rule.decide(at);
+      r.target_checked += decision.target_checked;
+      if (decision.accepted) {
+        r.relaxed += decision.relaxed;
+        if (logprobs) logprobs[depth] = static_cast<float>(::log(static_cast<double>(p_x)));
+        accepted = true;
+        break;
+      }
+      std::int32_t next = layout.child(b, node, c);
+      if (next >= limit) next = -1;
+      if (next < 0 || !kResidual) {
+        if (next >= 0) {  // the residual does not change: try the next sibling against p
+          c = next;
+          continue;
+        }
+        break;
+      }
+      // Residual rules: absorb the rejected sibling before testing the next one.
+      if (residual.steps == kMaxSiblings) return detail::fail(r, FaultKind::too_many_children, depth, c, p_row, -1);
+      const auto z = rows.mass(residual, c);
+      if (!z.ok) return detail::fail(r, FaultKind::bad_value, depth, c, p_row, q_row);
+      if (z.value > 0) residual.absorb(rows, c, z.value);  // no mass left: r_i = q_i, keep r_i
+      c = next;
     }
-    ++r.accepted;
-    r.relaxed += decision.relaxed;
+    if (accepted) {
+      ++r.accepted;
+      r.last_node = c;
+      node = c;
+      continue;
+    }
+
+    // No child accepted: the extra token.
+    const float u = sample_uniform(randomness, b);
+    if (traits::on_reject == Draw::argmax && need.argmax) {
+      r.extra = at.p_argmax;  // the statistic already read this row for it
+    } else if (traits::on_reject == Draw::argmax) {
+      detail::take(r, rows.argmax(p), depth, c, p_row, -1);
+    } else if (traits::on_reject == Draw::target) {
+      detail::take(r, rows.draw_target(p, u), depth, c, p_row, -1);
+    } else {
+      auto token = residual.plain() ? rows.draw_residual(p, has_q ? &residual.q : nullptr, at.token, u)
+                                    : rows.draw(residual, at.token, u);
+      // No mass left after the last sibling: draw from what was left before it.
+      if (token.ok && token.value < 0) {
+        token = residual.plain() ? rows.draw_target(p, u) : rows.draw(residual, kNoToken, u);
+      }
+      detail::take(r, token, depth, c, p_row, q_row);
+    }
+    if (logprobs && r.extra >= 0) logprobs[depth] = detail::log_p(rows, p, r.extra);
+    return r;
   }
-  const Prob* bonus = target_row(batch, first_row + k);
-  return detail::finish(r, rows, traits::on_bonus, bonus, static_cast<const Prob*>(nullptr),
-                        kNoToken, sample_uniform(randomness, b), k, first_row + k, -1);
 }
 
 }  // namespace specverify::core

@@ -1,32 +1,46 @@
-// The CPU backend's row operations for the core's walk (float rows, xsimd kernels).
+// The CPU backend's row operations for the core's walk over probability rows (float, xsimd).
 #pragma once
 
 #include <cstdint>
 
+#include "specverify/core/residual.hpp"
 #include "specverify/cpu/divergence_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/rule.hpp"
 
 namespace specverify::cpu {
 
-/// Row operations over rows of `n` floats, as core::walk_chain expects them.
+/// Row operations over rows of `n` floats, as core::walk expects them. A probability row needs no
+/// pre-pass: open() hands the pointer back.
 template <class Arch = DefaultArch>
 struct Rows {
+  using View = const float*;
   std::int32_t n;
 
-  float value(const float* row, std::int32_t v) const { return row[v]; }
-  Checked<float> max(const float* p) const { return row_max<Arch>(p, n); }
-  Checked<std::int32_t> argmax(const float* p) const { return row_argmax<Arch>(p, n); }
-  Checked<float> entropy(const float* p) const { return row_entropy<Arch>(p, n); }
-  Checked<float> divergence(Divergence d, const float* p, const float* q, std::int32_t x) const {
-    return row_divergence<Arch>(d, p, q, x, n);
+  View open(View row) const { return row; }
+  float value(View row, std::int32_t v) const { return row[v]; }
+  Checked<float> max(View p) const { return row_max<Arch>(p, n); }
+  Checked<std::int32_t> argmax(View p) const { return row_argmax<Arch>(p, n); }
+  Checked<float> entropy(View p) const { return row_entropy<Arch>(p, n); }
+  Checked<float> divergence(Divergence d, View p, const View* q, std::int32_t x) const {
+    return row_divergence<Arch>(d, p, q ? *q : nullptr, x, n);
   }
-  Checked<std::int32_t> draw_residual(const float* p, const float* q, std::int32_t x,
-                                      float u) const {
-    return draw<Arch>(Weights::residual(p, q, x, n), u);
+  Checked<std::int32_t> draw_residual(View p, const View* q, std::int32_t x, float u) const {
+    return cpu::draw<Arch>(Weights::residual(p, q ? *q : nullptr, x, n), u);
   }
-  Checked<std::int32_t> draw_target(const float* p, float u) const {
-    return draw<Arch>(Weights::target(p, n), u);
+  Checked<std::int32_t> draw_target(View p, float u) const {
+    return cpu::draw<Arch>(Weights::target(p, n), u);
+  }
+
+  // A tree node's residual after rejected siblings: element by element in double, in index order
+  // (siblings are few, and these passes rare next to the chain's one residual draw).
+  Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
+    const auto m = core::residual_mass(*this, r, x);
+    return {m.value, m.ok};
+  }
+  Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
+    const auto t = core::residual_draw(*this, r, x, u);
+    return {t.value, t.ok};
   }
 };
 

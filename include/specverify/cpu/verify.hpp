@@ -1,5 +1,5 @@
-// verify() on the CPU: validate, walk every chain (on several threads for large batches), then
-// write the outputs. Results do not depend on the thread count: each chain is walked by one
+// verify() on the CPU: validate, walk every sequence (on several threads for large batches), then
+// write the outputs. Results do not depend on the thread count: each sequence is walked by one
 // thread with the same arithmetic, and the statistics are integer sums.
 #pragma once
 
@@ -9,6 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include "specverify/core/chain_layout.hpp"
+#include "specverify/core/output.hpp"
+#include "specverify/core/prob_source.hpp"
+#include "specverify/core/tree_layout.hpp"
 #include "specverify/core/validate.hpp"
 #include "specverify/core/walk.hpp"
 #include "specverify/cpu/rows.hpp"
@@ -24,8 +28,8 @@ struct CpuOptions {
 
 namespace cpu::detail {
 
-/// Rows of V floats the walk reads for sure (one per chain) or, with statistics, at every
-/// position; below about a megabyte of such reads a second thread costs more than it saves.
+/// Rows of V floats the walk reads for sure (one per sequence) or, with statistics, at every
+/// node; below about a megabyte of such reads a second thread costs more than it saves.
 inline std::int32_t thread_count(std::int32_t batch_size, std::int64_t row_reads,
                                  std::int32_t vocab_size, std::int32_t max_threads) {
   constexpr std::int64_t kFloatsPerThread = std::int64_t{1} << 18;
@@ -48,6 +52,37 @@ void parallel_for(std::int32_t count, std::int32_t threads, const Body& body) {
   for (auto& thread : pool) thread.join();
 }
 
+/// Walks every sequence of a validated batch, reports the lowest faulting sequence, and only then
+/// writes every output. Layout and source say what the batch is; rows do the row work.
+template <class Rule, class Layout, class Source, class MakeRows, class Batch, class Output>
+VerifyStats run(const Rule& rule, const Layout& layout, const Source& source, const Batch& batch,
+                const Randomness& randomness, const Output& output, const CpuOptions& options,
+                const MakeRows& make_rows) {
+  const std::int32_t B = batch.batch_size;
+  const core::OutputRows out = core::OutputRows::of(output);
+  std::vector<core::WalkResult> results(static_cast<std::size_t>(B));
+  std::vector<float> staged(out.logprobs ? std::size_t(B) * std::size_t(out.row_width) : 0);
+  const bool per_node = rule_traits<Rule>::stats(rule).any();
+  std::int64_t row_reads = B;
+  for (std::int32_t b = 0; per_node && b < B; ++b) row_reads += layout.count(b);
+  const std::int32_t threads = thread_count(B, row_reads, batch.vocab_size, options.max_threads);
+  parallel_for(B, threads, [&](std::int32_t b) {
+    auto rows = make_rows();
+    float* stage = staged.empty() ? nullptr : staged.data() + std::size_t(b) * out.row_width;
+    results[b] = core::walk(rule, layout, source, randomness, b, rows, stage);
+  });
+  for (std::int32_t b = 0; b < B; ++b) {
+    if (results[b].fault.kind != core::FaultKind::none) core::report<Layout>(results[b].fault, b, batch);
+  }
+  VerifyStats total;
+  for (std::int32_t b = 0; b < B; ++b) {
+    core::write_sequence(layout, b, results[b], out,
+                         staged.empty() ? nullptr : staged.data() + std::size_t(b) * out.row_width);
+    core::add_stats(total, results[b]);
+  }
+  return total;
+}
+
 }  // namespace cpu::detail
 
 /// Verifies a batch of draft chains with `rule`: writes n_b accepted drafts, one more token and
@@ -61,39 +96,39 @@ template <class Rule>
 VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                    const ChainOutput& out, const CpuOptions& options) {
   core::validate(rule, batch, randomness, out);
-  const std::int32_t B = batch.batch_size;
-  std::vector<core::ChainResult> results(static_cast<std::size_t>(B));
-  const bool per_position = rule_traits<Rule>::stats(rule).any();
-  const std::int64_t row_reads = B > 0 ? B + (per_position ? batch.draft_offsets[B] : 0) : 0;
-  const std::int32_t threads =
-      cpu::detail::thread_count(B, row_reads, batch.vocab_size, options.max_threads);
-  cpu::detail::parallel_for(B, threads, [&](std::int32_t b) {
-    cpu::Rows<> rows{batch.vocab_size};
-    results[b] = core::walk_chain(rule, batch, randomness, b, rows);
-  });
-
-  VerifyStats total;
-  for (std::int32_t b = 0; b < B; ++b) {
-    if (results[b].fault.kind != core::FaultKind::none) core::report(results[b].fault, b, batch);
-  }
-  for (std::int32_t b = 0; b < B; ++b) {
-    const core::ChainResult& r = results[b];
-    std::int32_t* row = out.tokens + std::int64_t{b} * out.row_width;
-    std::copy_n(batch.draft_tokens + batch.draft_offsets[b], r.accepted, row);
-    row[r.accepted] = r.extra;
-    std::fill(row + r.accepted + 1, row + out.row_width, kNoToken);
-    out.num_accepted[b] = r.accepted;
-    total.drafted += r.drafted;
-    total.accepted += r.accepted;
-    total.relaxed += r.relaxed;
-    total.target_checked += r.target_checked;
-  }
-  return total;
+  if (batch.batch_size == 0) return {};
+  return cpu::detail::run(rule, core::ChainLayout::of(batch), core::ProbSource<float>::of(batch), batch,
+                          randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; });
 }
 
 template <class Rule>
 VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                    const ChainOutput& out) {
+  return verify(rule, batch, randomness, out, CpuOptions{});
+}
+
+/// Verifies a batch of draft trees with `rule`: at each node the children are tried in index
+/// order and the first accepted is followed (API.md "Trees"); writes the accepted path's tokens
+/// (and nodes), one more token and kNoToken padding per sequence.
+///
+///   specverify::TreeBatch<float> batch{B, V, node_offsets, parents, drafts, p, q};
+///   batch.drafted = specverify::Drafted::sampled;  // how the children were drafted
+///   specverify::TreeOutput out{tokens, depth + 1, accepted, accepted_nodes};
+///   auto stats = specverify::verify(specverify::Standard{}, batch, {seed, step}, out);
+template <class Rule>
+VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Randomness& randomness,
+                   const TreeOutput& out, const CpuOptions& options) {
+  static_assert(!specverify::detail::has_cut<Rule>::value,
+                "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
+  core::validate(rule, batch, randomness, out);
+  if (batch.batch_size == 0) return {};
+  return cpu::detail::run(rule, core::TreeLayout::of(batch), core::ProbSource<float>::of(batch), batch,
+                          randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; });
+}
+
+template <class Rule>
+VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Randomness& randomness,
+                   const TreeOutput& out) {
   return verify(rule, batch, randomness, out, CpuOptions{});
 }
 

@@ -1,4 +1,4 @@
-// The CUDA backend's row operations for core::walk_chain: one thread block works on one row at a
+// The CUDA backend's row operations for core::walk: one thread block works on one row at a
 // time. Every thread of the block calls every operation with the same arguments and gets the same
 // result back, so the walk's scalar logic runs redundantly and uniformly in all threads and its
 // branches never split the block at a barrier.
@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "specverify/core/residual.hpp"
 #include "specverify/core/row_math.hpp"
 #include "specverify/core/walk.hpp"
 #include "specverify/rule.hpp"
@@ -49,14 +50,14 @@ struct SumOp {
 
 }  // namespace detail
 
-/// Block-cooperative rows of `n` elements of Prob, as core::walk_chain expects them. kThreads is
+/// Block-cooperative rows of `n` elements of Prob, as core::walk expects them. kThreads is
 /// the block size (a multiple of 32). The inverse-CDF draw follows the CPU's definition
 /// (cpu/row_kernels.hpp): the same chunks (core::chunk_length), weights summed in double, the
 /// crossing chunk found from the chunk sums and rescanned in index order.
 ///
 ///   __shared__ typename BlockRows<float, 256>::Shared shared;
 ///   BlockRows<float, 256> rows(shared, batch.vocab_size);
-///   const core::ChainResult r = core::walk_chain(rule, batch, randomness, blockIdx.x, rows);
+///   const core::WalkResult r = core::walk(rule, layout, source, randomness, blockIdx.x, rows);
 template <class Prob, int kThreads>
 class BlockRows {
   static_assert(kThreads % 32 == 0 && kThreads >= 64, "a whole number of warps, at least two");
@@ -65,6 +66,8 @@ class BlockRows {
   using Top = cub::KeyValuePair<int, float>;
 
  public:
+  std::int32_t n;  // row length
+
   /// Shared memory the operations work in: CUB temporaries, the chunk sums of a draw and one
   /// broadcast slot. Declare it __shared__ and hand it to the constructor.
   struct Shared {
@@ -83,8 +86,12 @@ class BlockRows {
     } slot;
   };
 
-  __device__ BlockRows(Shared& shared, std::int32_t n) : s_(shared), n_(n) {}
+  using View = const Prob*;
 
+  __device__ BlockRows(Shared& shared, std::int32_t n) : n(n), s_(shared) {}
+
+  /// A probability row needs no pre-pass.
+  __device__ View open(View row) const { return row; }
   __device__ float value(const Prob* row, std::int32_t v) const { return to_float(row[v]); }
 
   __device__ Checked<float> max(const Prob* p) {
@@ -101,7 +108,7 @@ class BlockRows {
   __device__ Checked<float> entropy(const Prob* p) {
     double h = 0.0;
     bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n_; i += kThreads) {
+    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
       const float v = to_float(p[i]);
       bad |= !core::valid_probability_value(v);
       h += core::entropy_term(v);
@@ -109,11 +116,12 @@ class BlockRows {
     return {static_cast<float>(sum(h)), !__syncthreads_or(bad)};
   }
 
-  /// D(p, q); q == nullptr is the one-hot draft e_x.
-  __device__ Checked<float> divergence(Divergence d, const Prob* p, const Prob* q, std::int32_t x) {
+  /// D(p, q); no q is the one-hot draft e_x.
+  __device__ Checked<float> divergence(Divergence d, const Prob* p, const View* q_view, std::int32_t x) {
+    const Prob* q = q_view ? *q_view : nullptr;
     double s = 0.0;
     bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n_; i += kThreads) {
+    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
       const float pi = to_float(p[i]);
       const float qi = q ? to_float(q[i]) : (i == x ? 1.0f : 0.0f);
       bad |= !core::valid_probability_value(pi) || !core::valid_probability_value(qi);
@@ -122,21 +130,38 @@ class BlockRows {
     return {static_cast<float>(sum(s)), !__syncthreads_or(bad)};
   }
 
-  /// A draw from max(p - q, 0); q == nullptr is the one-hot draft e_x. -1: no mass.
-  __device__ Checked<std::int32_t> draw_residual(const Prob* p, const Prob* q, std::int32_t x,
+  /// A draw from max(p - q, 0); no q is the one-hot draft e_x. -1: no mass.
+  __device__ Checked<std::int32_t> draw_residual(const Prob* p, const View* q, std::int32_t x,
                                                  float u) {
-    return draw(p, q, q ? -1 : x, u);
+    const Prob* q_row = q ? *q : nullptr;
+    return draw(RowWeights{p, q_row, q_row ? -1 : x}, u);
   }
 
   /// A draw from p. -1: no mass.
   __device__ Checked<std::int32_t> draw_target(const Prob* p, float u) {
-    return draw(p, nullptr, -1, u);
+    return draw(RowWeights{p, nullptr, -1}, u);
+  }
+
+  /// The mass of a tree node's residual after rejecting sibling x (core/residual.hpp).
+  __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
+    double s = 0.0;
+    bool bad = false;
+    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
+      bad |= ResidualWeights{*this, r, x}.bad(i);
+      s += r.after(*this, x, i);
+    }
+    return {sum(s), !__syncthreads_or(bad)};
+  }
+
+  /// A draw from a tree node's residual after rejecting sibling x (kNoToken: the residual itself).
+  __device__ Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) {
+    return draw(ResidualWeights{*this, r, x}, u);
   }
 
   /// The lowest index whose value is not a valid probability, or -1; names a fault's value.
   __device__ std::int32_t first_invalid(const Prob* row) {
     int first = INT_MAX;
-    for (std::int32_t i = threadIdx.x; i < n_ && first == INT_MAX; i += kThreads) {
+    for (std::int32_t i = threadIdx.x; i < n && first == INT_MAX; i += kThreads) {
       if (!core::valid_probability_value(to_float(row[i]))) first = i;
     }
     first = min(first);
@@ -158,7 +183,7 @@ class BlockRows {
   __device__ Checked<Top> top(const Prob* p) {
     Top t(-1, -1.0f);
     bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n_; i += kThreads) {
+    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
       const float v = to_float(p[i]);
       bad |= !core::valid_probability_value(v);
       if (v > t.value) t = Top(i, v);
@@ -181,46 +206,55 @@ class BlockRows {
     return s_.slot.sum;
   }
 
-  /// w_i before the one-hot override: max(p - q, 0), or p.
-  __device__ static double base_weight(float p, const Prob* q, std::int32_t i) {
-    return q ? core::residual_weight(p, to_float(q[i])) : double{p};
-  }
+  /// Weights max(p - q, 0), or p, with w_x = max(p_x - 1, 0) for a one-hot residual at x.
+  struct RowWeights {
+    const Prob* p;
+    const Prob* q;
+    std::int32_t x;
+    __device__ bool bad(std::int32_t i) const {
+      return !core::valid_probability_value(to_float(p[i])) ||
+             (q && !core::valid_probability_value(to_float(q[i])));
+    }
+    __device__ double operator()(std::int32_t i) const {
+      const float pi = to_float(p[i]);
+      if (i == x) return core::residual_weight(pi, 1.0);
+      return q ? core::residual_weight(pi, to_float(q[i])) : double{pi};
+    }
+  };
 
-  /// w_i: as base_weight, except w_x = max(p_x - 1, 0) for a one-hot residual at x.
-  __device__ static double weight(const Prob* p, const Prob* q, std::int32_t x, std::int32_t i) {
-    const float pi = to_float(p[i]);
-    return i == x ? core::residual_weight(pi, 1.0) : base_weight(pi, q, i);
-  }
+  /// Weights of a tree node's residual (core::Residual::after).
+  struct ResidualWeights {
+    const BlockRows& rows;
+    const core::Residual<View>& r;
+    std::int32_t x;
+    __device__ bool bad(std::int32_t i) const {
+      return !core::valid_probability_value(rows.value(r.p, i)) ||
+             (r.has_q && !core::valid_probability_value(rows.value(r.q, i)));
+    }
+    __device__ double operator()(std::int32_t i) const { return r.after(rows, x, i); }
+  };
 
   /// Inverse-CDF draw, the smallest i with w_0 + ... + w_i > u * sum(w), in three steps with two
   /// block barriers: (1) each warp sums whole chunks (no barrier per tile); (2) one block scan of
   /// the chunk sums finds the chunk holding the crossing; (3) warp 0 rescans that chunk in index
   /// order, 32 weights at a time. Sums are in double like the CPU's; only their order of
   /// summation differs, which moves a crossing only when u * sum(w) lies within ~1e-16 of it.
-  __device__ Checked<std::int32_t> draw(const Prob* p, const Prob* q, std::int32_t x, float u) {
+  template <class Weights>
+  __device__ Checked<std::int32_t> draw(const Weights& weight, float u) {
     const std::int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const std::int32_t chunk = core::chunk_length(n_);
-    const std::int32_t chunks = (n_ + chunk - 1) / chunk;
+    const std::int32_t chunk = core::chunk_length(n);
+    const std::int32_t chunks = (n + chunk - 1) / chunk;
     bool bad = false;
     __syncthreads();  // s_.chunks and the temporaries may still be read from the previous draw
     for (std::int32_t c = warp; c < chunks; c += kWarps) {
-      const std::int32_t begin = c * chunk, end = begin + chunk < n_ ? begin + chunk : n_;
+      const std::int32_t begin = c * chunk, end = begin + chunk < n ? begin + chunk : n;
       double s = 0.0;
 #pragma unroll 4
       for (std::int32_t i = begin + lane; i < end; i += 32) {
-        const float pi = to_float(p[i]);
-        bad |= !core::valid_probability_value(pi) ||
-               (q && !core::valid_probability_value(to_float(q[i])));
-        s += base_weight(pi, q, i);
+        bad |= weight.bad(i);
+        s += weight(i);
       }
       for (int d = 16; d > 0; d /= 2) s += __shfl_xor_sync(0xffffffffu, s, d);
-      if (x >= begin && x < end) {
-        const float px = to_float(p[x]);
-        if (core::valid_probability_value(px)) {
-          s += core::residual_weight(px, 1.0) - px;  // one-hot residual: w_x replaces p_x
-          s = s > 0.0 ? s : 0.0;
-        }
-      }
       if (lane == 0) s_.chunks[c] = s;
     }
     if (__syncthreads_or(bad)) return {-1, false};
@@ -249,12 +283,12 @@ class BlockRows {
     // (3) In-order rescan of the crossing chunk by warp 0; the other warps wait at the barrier.
     if (warp == 0) {
       const std::int32_t begin = crossing * chunk;
-      const std::int32_t end = begin + chunk < n_ ? begin + chunk : n_;
+      const std::int32_t end = begin + chunk < n ? begin + chunk : n;
       double running = s_.chunks[crossing];
       std::int32_t found = -1, last_positive = -1;
       for (std::int32_t tile = begin; tile < end && found < 0; tile += 32) {
         const std::int32_t i = tile + lane;
-        const double w = i < end ? weight(p, q, x, i) : 0.0;
+        const double w = i < end ? weight(i) : 0.0;
         double prefix = w;  // inclusive prefix within the tile
         for (int d = 1; d < 32; d *= 2) {
           const double below = __shfl_up_sync(0xffffffffu, prefix, d);
@@ -270,7 +304,7 @@ class BlockRows {
       // crossing lies at the chunk's last positive weight, or (a chunk left empty) before it.
       for (std::int32_t tile = begin; found < 0 && last_positive < 0 && tile > 0; tile -= 32) {
         const std::int32_t i = tile - 32 + lane;
-        const unsigned positive = __ballot_sync(0xffffffffu, i >= 0 && weight(p, q, x, i) > 0.0);
+        const unsigned positive = __ballot_sync(0xffffffffu, i >= 0 && weight(i) > 0.0);
         if (positive) last_positive = tile - 1 - __clz(static_cast<int>(positive));
       }
       if (lane == 0) s_.slot.index = found >= 0 ? found : last_positive;
@@ -280,7 +314,6 @@ class BlockRows {
   }
 
   Shared& s_;
-  std::int32_t n_;
 };
 
 }  // namespace specverify::cuda

@@ -1,5 +1,5 @@
 // The CUDA backend's kernels: one block per sequence validates the sequence's input and walks
-// its chain with core::walk_chain over BlockRows; a second kernel writes every output, only when
+// its chain with core::walk over BlockRows; a second kernel writes every output, only when
 // no block recorded a fault.
 #pragma once
 
@@ -8,6 +8,9 @@
 #include <climits>
 #include <cstdint>
 
+#include "specverify/core/chain_layout.hpp"
+#include "specverify/core/output.hpp"
+#include "specverify/core/prob_source.hpp"
 #include "specverify/core/validate.hpp"
 #include "specverify/core/walk.hpp"
 #include "specverify/cuda/block_rows.cuh"
@@ -139,13 +142,14 @@ __global__ void __launch_bounds__(kThreads)
   SequenceRecord rec;  // the same in every thread; thread 0 stores it
 
   if (check_sequence<kThreads>(rule, batch, r, row_width, b, rows, rec)) {
-    rec.result = core::walk_chain(rule, batch, r, b, rows);
+    const auto source = core::ProbSource<Prob>::of(batch);
+    rec.result = core::walk(rule, core::ChainLayout::of(batch), source, r, b, rows);
     core::Fault& f = rec.result.fault;
     if (f.kind != core::FaultKind::none) rec.issue = Issue::walk;
     if (f.kind == core::FaultKind::bad_value && f.column < 0) {
       // A row pass knows only that its rows hold a bad value: name the first one, as the host does.
-      const Prob* target = f.target_row >= 0 ? core::target_row(batch, f.target_row) : nullptr;
-      const Prob* draft = f.draft_row >= 0 ? core::draft_row(batch, f.draft_row) : nullptr;
+      const Prob* target = f.target_row >= 0 ? source.target_row(b, f.target_row) : nullptr;
+      const Prob* draft = f.draft_row >= 0 ? source.draft_row(b, f.draft_row) : nullptr;
       if (target) f.column = rows.first_invalid(target);
       if (f.column >= 0) {
         f.value = rows.value(target, f.column);
@@ -186,15 +190,11 @@ __global__ void __launch_bounds__(kThreads)
                  const SequenceRecord* records) {
   if (header->first_fault != 0) return;
   const std::int64_t b = std::int64_t{blockIdx.x} * kThreads + threadIdx.x;
-  core::ChainResult r;  // zero counts for the threads past the batch
+  core::WalkResult r;  // zero counts for the threads past the batch
   if (b < batch_size) {
     r = records[b].result;
-    std::int32_t* row = out.tokens + b * out.row_width;
-    const std::int32_t* drafts = draft_tokens + offsets[b];
-    for (std::int32_t i = 0; i < out.row_width; ++i) {
-      row[i] = i < r.accepted ? drafts[i] : i == r.accepted ? r.extra : kNoToken;
-    }
-    out.num_accepted[b] = r.accepted;
+    const core::ChainLayout layout{offsets, draft_tokens, false};
+    core::write_sequence(layout, static_cast<std::int32_t>(b), r, core::OutputRows::of(out), nullptr);
   }
   const long long drafted = warp_sum(r.drafted), accepted = warp_sum(r.accepted);
   const long long relaxed = warp_sum(r.relaxed), checked = warp_sum(r.target_checked);

@@ -44,7 +44,7 @@ enum class Issue : std::uint8_t {
 
 /// One sequence's outcome. Only the sequence that faulted writes its issue, so no two blocks race.
 struct SequenceRecord {
-  core::ChainResult result;
+  core::WalkResult result;
   Issue issue = Issue::none;
   std::int32_t position = 0;
   std::int64_t a = 0, c = 0;
@@ -101,7 +101,7 @@ inline void throw_on_error(cudaError_t status, const char* what) {
   }
   // The device named the bad value already (the host cannot read the rows); the empty batch
   // (vocab_size 0) keeps core::report from scanning any row.
-  core::report(r.result.fault, b, ChainBatch<float>{});
+  core::report<core::ChainLayout>(r.result.fault, b, ChainBatch<float>{});
 }
 
 }  // namespace detail

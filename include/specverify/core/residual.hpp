@@ -1,0 +1,125 @@
+// What is left of p at a tree node after some of its children were rejected (recursive rejection
+// sampling, API.md "Trees"). r_1 = p as given; rejecting child c_i with draft distribution q_i
+// gives r_{i+1} = max(r_i - q_i, 0) / Z_i, Z_i = sum_v max(r_i(v) - q_i(v), 0), where q_i is
+//   sampled:                      q
+//   sampled_without_replacement:  q without c_1 .. c_{i-1}, renormalised (Jeon et al. 2024)
+//   deterministic, one-hot draft: e_{c_i} (the target-only form: r(c_i) <- 0, renormalised)
+// A chain never has a second sibling, so its residual is always the plain max(p - q, 0).
+#pragma once
+
+#include <cstdint>
+
+#include "specverify/config.hpp"
+#include "specverify/types.hpp"
+
+namespace specverify::core {
+
+/// Rejected siblings one node's residual can absorb; more children than this at a node whose
+/// rule draws from the residual is invalid input.
+inline constexpr std::int32_t kMaxSiblings = 64;
+
+template <class View>
+struct Residual {
+  View p{}, q{};
+  bool has_q = false;  // false: every q_i is one-hot on its child
+  Drafted drafted = Drafted::sampled;
+  std::int32_t steps = 0;              // siblings absorbed so far
+  std::int32_t token[kMaxSiblings]{};  // c_1 .. c_steps
+  double scale[kMaxSiblings]{};        // q_i = scale_i * q off the earlier siblings (without replacement)
+  double inv_mass[kMaxSiblings]{};     // 1 / Z_i
+  double removed = 0;                  // q(c_1) + ... + q(c_steps), for the without-replacement scale
+
+  SPECVERIFY_HD bool plain() const { return steps == 0; }
+
+  /// q_i at v, i = 0 .. steps (i == steps: the draft under test now, child `current`).
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD double q_at(Rows& rows, std::int32_t i, std::int32_t current, std::int32_t v) const {
+    const std::int32_t c = i < steps ? token[i] : current;
+    if (!has_q) return v == c ? 1.0 : 0.0;
+    if (drafted != Drafted::sampled_without_replacement) return rows.value(q, v);
+    for (std::int32_t s = 0; s < i; ++s) {
+      if (token[s] == v) return 0.0;
+    }
+    return (i < steps ? scale[i] : current_scale()) * rows.value(q, v);
+  }
+  SPECVERIFY_HD double current_scale() const { return removed < 1.0 ? 1.0 / (1.0 - removed) : 0.0; }
+
+  /// r_{steps+1}(v): p with every absorbed sibling's step applied.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD double at(Rows& rows, std::int32_t v) const {
+    double r = rows.value(p, v);
+    for (std::int32_t s = 0; s < steps; ++s) {
+      const double d = r - q_at(rows, s, -1, v);
+      r = d > 0 ? d * inv_mass[s] : 0.0;
+    }
+    return r;
+  }
+  /// The weight max(r(v) - q_current(v), 0) of the draw (or mass) after rejecting `current`;
+  /// r(v) itself when current is kNoToken.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD double after(Rows& rows, std::int32_t current, std::int32_t v) const {
+    const double r = at(rows, v);
+    if (current < 0) return r;
+    const double d = r - q_at(rows, steps, current, v);
+    return d > 0 ? d : 0.0;
+  }
+
+  /// Absorbs the rejected child `current` whose step left mass `z` (> 0).
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD void absorb(Rows& rows, std::int32_t current, double z) {
+    scale[steps] = current_scale();
+    if (has_q && drafted == Drafted::sampled_without_replacement) removed += rows.value(q, current);
+    token[steps] = current;
+    inv_mass[steps] = 1.0 / z;
+    ++steps;
+  }
+};
+
+template <class T>
+struct Scalar {
+  T value{};
+  bool ok = true;
+};
+
+/// The plain backend's residual operations (CPU; any backend may use them): one pass in index
+/// order, in double. `x` is the sibling just rejected (kNoToken: r itself).
+SPECVERIFY_HD_TEMPLATE
+template <class Rows, class View>
+SPECVERIFY_HD Scalar<double> residual_mass(Rows& rows, const Residual<View>& r, std::int32_t x) {
+  Scalar<double> total{0.0, true};
+  for (std::int32_t v = 0; v < rows.n; ++v) {
+    const float p = rows.value(r.p, v), q = r.has_q ? rows.value(r.q, v) : 0.0f;
+    if (!(p >= 0.0f && p <= 3.402823466e+38f && q >= 0.0f && q <= 3.402823466e+38f)) return {0.0, false};
+    total.value += r.after(rows, x, v);
+  }
+  return total;
+}
+
+/// Draws from the weights residual_mass sums: the smallest v with w_0 + ... + w_v > u * sum(w);
+/// -1 when there is no mass.
+SPECVERIFY_HD_TEMPLATE
+template <class Rows, class View>
+SPECVERIFY_HD Scalar<std::int32_t> residual_draw(Rows& rows, const Residual<View>& r, std::int32_t x,
+                                                 float u) {
+  const Scalar<double> total = residual_mass(rows, r, x);
+  if (!total.ok) return {-1, false};
+  if (!(total.value > 0.0)) return {-1, true};
+  const double threshold = static_cast<double>(u) * total.value;
+  double before = 0.0;
+  std::int32_t last_positive = -1;
+  for (std::int32_t v = 0; v < rows.n; ++v) {
+    const double w = r.after(rows, x, v);
+    if (w > 0.0) {
+      before += w;
+      last_positive = v;
+      if (before > threshold) return {v, true};
+    }
+  }
+  return {last_positive, true};  // rounding put the crossing past the end: the last weight
+}
+
+}  // namespace specverify::core
