@@ -209,7 +209,7 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
         return detail::fail(r, FaultKind::bad_value, depth, c, -1, q_row, at.token, q_x);
       }
       at.p_x = residual.plain() ? p_x : static_cast<float>(residual.at(rows, at.token));
-      at.q_x = residual.plain() ? q_x : static_cast<float>(residual.q_at(rows, residual.steps, c, at.token));
+      at.q_x = residual.plain() ? q_x : static_cast<float>(residual.q_at(rows, residual.steps, at.token, at.token));
       at.u = accept_uniform(randomness, b, c, at.draft);
       if (need.any() && !stats_done) {  // once per node, for all its children
         stats_done = true;
@@ -237,9 +237,9 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
       }
       // Residual rules: absorb the rejected sibling before testing the next one.
       if (residual.steps == kMaxSiblings) return detail::fail(r, FaultKind::too_many_children, depth, c, p_row, -1);
-      const auto z = rows.mass(residual, c);
+      const auto z = rows.mass(residual, at.token);
       if (!z.ok) return detail::fail(r, FaultKind::bad_value, depth, c, p_row, q_row);
-      if (z.value > 0) residual.absorb(rows, c, z.value);  // no mass left: r_i = q_i, keep r_i
+      if (z.value > 0) residual.absorb(rows, at.token, z.value);  // no mass left: r_i = q_i, keep r_i
       c = next;
     }
     if (accepted) {
