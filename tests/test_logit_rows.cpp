@@ -220,14 +220,22 @@ TEST(LogitRows, TopPKeepsEveryTieAtTheBoundary) {
   EXPECT_EQ(kept, 4);
 }
 
-TEST(LogitRows, TopKPivotThatKeepsTooFewFallsBack) {
-  // The values at the strided sample positions are the row's largest, so the pivot the sample
-  // gives is cleared by fewer than k values: the pre-pass must collect again.
+TEST(LogitRows, TopKStreamingSelectionInAnyOrder) {
+  // The pre-pass collects candidates against a rising pivot. Ascending rows (every value clears
+  // it: many compactions), descending rows (the top k come first), ties across compactions.
   const std::int32_t V = 20000;
-  ReferenceRow row = random_row(V, 3, {1.0f, 50, 1.0f, 0.0f}, 0.5);
-  for (std::int32_t j = 0; j < 1024; ++j) row.logits[static_cast<std::size_t>(std::int64_t{j} * V / 1024)] = 20.0f + 0.01f * j;
-  std::vector<float> scratch;
-  expect_matches_reference(row, prepare_row(row, scratch));
+  for (int order = 0; order < 3; ++order) {
+    SCOPED_TRACE(order);
+    ReferenceRow row = random_row(V, 3, {1.0f, 50, 1.0f, 0.0f}, 0.5);
+    if (order < 2) {
+      std::sort(row.logits.begin(), row.logits.end());
+      if (order == 1) std::reverse(row.logits.begin(), row.logits.end());
+    } else {
+      for (std::int32_t v = 0; v < V; ++v) row.logits[static_cast<std::size_t>(v)] = static_cast<float>(v % 40) / 8.0f;
+    }
+    std::vector<float> scratch;
+    expect_matches_reference(row, prepare_row(row, scratch));
+  }
 }
 
 TEST(LogitRows, TopPOverAWideRowSelectsOnMass) {

@@ -11,11 +11,10 @@
 //   greedy (T = 0):               one read: max, argmax, validation.
 //   no top_k / top_p / min_p:     that read, then the sum of weights over the (cache-hot) row.
 //   min_p alone:                  that read, then one pass summing the weights w >= min_p.
-//   top_k (with or without top_p, min_p): a strided sample of 1024 values sets a pivot with
-//       about 8k/1024 of the row above it; the read collects the values >= pivot (a few hundred)
-//       into scratch; the k-th largest is selected among those (nth_element); top_p and min_p then
-//       work on the k or so survivors. If fewer than k values clear the pivot, the read is
-//       repeated collecting every finite value (correct, slower).
+//   top_k (with or without top_p, min_p): the read also collects candidates into scratch by a
+//       streaming selection with a rising pivot (see scan): about k ln(n / 1024) values beyond
+//       the first 1024; the k-th largest is selected among them (nth_element); top_p and min_p
+//       then work on the k or so survivors.
 //   top_p without top_k:          the read copies every finite value into scratch; a quickselect on
 //       mass (three-way partitions, the mass of the upper part decides the side) finds the
 //       threshold in expected linear work.
@@ -37,6 +36,14 @@
 #include "specverify/rule.hpp"
 
 namespace specverify::cpu {
+
+/// The weight functions handed to the draw run once per vector: inlined, or each call passes its
+/// vector through memory.
+#if defined(__GNUC__) || defined(__clang__)
+#define SPECVERIFY_LAMBDA_INLINE __attribute__((always_inline))
+#else
+#define SPECVERIFY_LAMBDA_INLINE
+#endif
 
 using core::LogitRow;
 using core::LogitView;
@@ -167,20 +174,36 @@ SPECVERIFY_ALWAYS_INLINE FB<Arch> allowed_lanes(const std::uint32_t* allowed, st
   }
 }
 
-/// Steps 1 and 2 for the W tokens at row index i (i + W <= n): g, and `ok` cleared in lanes whose
-/// inputs are invalid. The same operations as core::processed_logit.
+/// Lanes holding NaN or +inf (invalid logits; -inf is a masked token).
 template <class Arch>
+SPECVERIFY_ALWAYS_INLINE FB<Arch> invalid_logit(const F<Arch>& l) {
+#if XSIMD_WITH_AVX512DQ
+  if constexpr (std::is_base_of<xsimd::avx512dq, Arch>::value) {
+    return FB<Arch>(_mm512_fpclass_ps_mask(l, 0x89));  // QNaN, +inf, SNaN: one instruction
+  } else
+#endif
+  {
+    return !(l < F<Arch>(core::kInf));
+  }
+}
+
+/// Steps 1 and 2 for the W tokens at row index i (i + W <= n): g; with kValidate, `ok` is
+/// cleared in lanes whose inputs are invalid. The same operations as core::processed_logit.
+/// Passes after the pre-pass's first read skip the validation (it has been done).
+template <class Arch, bool kValidate = true>
 SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<float>& row, std::int32_t i, FB<Arch>& ok) {
   using B = F<Arch>;
   const B inf(core::kInf);
   const B l = B::load_unaligned(row.logits + i);
-  ok = ok & (l < inf);
+  if constexpr (kValidate) ok = ok & !invalid_logit<Arch>(l);
   B g = l;
   if (row.unconditional) {
     const B u = B::load_unaligned(row.unconditional + i);
     const auto masked = (l == -inf) | (u == -inf);
     const B guided = fused<Arch>(B(row.guidance_scale), l - u, u);
-    ok = ok & (u < inf) & (masked | (xsimd::abs(guided) <= B(core::kFloatMax)));
+    if constexpr (kValidate) {
+      ok = ok & !invalid_logit<Arch>(u) & (masked | (xsimd::abs(guided) <= B(core::kFloatMax)));
+    }
     g = xsimd::select(masked, -inf, guided);
   }
   if (row.allowed) g = xsimd::select(allowed_lanes<Arch>(row.allowed, i), g, -inf);
@@ -192,9 +215,11 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<float>& row, std::int32_t
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE F<Arch> probs_from_g(const LogitView<float>& view, const F<Arch>& g) {
   using B = F<Arch>;
+  const B a = (g - B(view.max)) * B(view.inv_temperature);
+  // Every finite value kept: exp_weight already gives masked (-inf) lanes 0.
+  if (view.threshold == -core::kFloatMax) return exp_weight<Arch>(a) * B(view.inv_norm);
   const auto kept = g >= B(view.threshold);
   if (!xsimd::any(kept)) return B(0.0f);
-  const B a = (g - B(view.max)) * B(view.inv_temperature);
   return xsimd::select(kept, exp_weight<Arch>(a) * B(view.inv_norm), B(0.0f));
 }
 
@@ -208,7 +233,7 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<float>& view, std::int32_
     return B::load_aligned(lanes);
   }
   FB<Arch> ok(true);  // the pre-pass validated every value
-  return probs_from_g<Arch>(view, load_g<Arch>(view.row, v, ok));
+  return probs_from_g<Arch>(view, load_g<Arch, false>(view.row, v, ok));
 }
 
 /// Sum of w over the candidates c[0..m) that are >= threshold, with the view's max and 1/T.
@@ -230,8 +255,13 @@ double candidate_mass(const float* c, std::int32_t m, float threshold, float max
   return s;
 }
 
-/// The read of the pre-pass: max g, its lowest index, validity; with `collect`, every value >=
-/// pivot is appended to scratch (which holds n floats) and their count returned.
+/// The read of the pre-pass: max g, its lowest index, validity; with `collect`, the values that
+/// may be kept are appended to scratch (which holds n floats) and their count returned.
+/// For top_k (k > 0) the collection is a streaming selection: values >= pivot are appended; when
+/// the buffer has grown past kCompactAt (and doubled since the last time), the k-th largest value
+/// collected so far becomes the pivot and the values below it are dropped. The pivot never exceeds
+/// the row's k-th largest value, so every value top_k keeps is collected; on rows in no particular
+/// order only ~k ln(n / kCompactAt) values clear the rising pivot after the first compaction.
 struct Scan {
   float max = -core::kInf;
   std::int32_t argmax = -1;
@@ -239,63 +269,81 @@ struct Scan {
   std::int32_t collected = 0;
 };
 
+inline constexpr std::int32_t kCompactAt = 1024;
+
 template <class Arch>
-Scan scan(const LogitRow<float>& row, bool collect, float pivot, float* scratch) {
+Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scratch) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   const std::int32_t n = row.n;
-  B m(-core::kInf), at(-1.0f);  // per lane: the max and the vector index that first held it
+  B m0(-core::kInf), m1(-core::kInf);  // two accumulators: two independent max chains
   FB<Arch> ok(true);
-  std::int32_t count = 0;
+  float pivot = -core::kFloatMax;
+  std::int32_t count = 0, compact_at = std::max(kCompactAt, 2 * k);
+  const auto gather = [&](const B& g) {  // appends the lanes >= pivot
+#if XSIMD_WITH_AVX512F
+    if constexpr (kAvx512<Arch>) {
+      // Compress in a register, then a plain store: count + W <= (elements read) <= n.
+      const auto keep = g >= B(pivot);
+      _mm512_storeu_ps(scratch + count, _mm512_maskz_compress_ps(keep, g));
+      count += __builtin_popcount(static_cast<unsigned>(__mmask16(keep)));
+      return;
+    }
+#endif
+    alignas(64) float lanes[W];
+    g.store_aligned(lanes);
+    for (std::int32_t l = 0; l < W; ++l) {
+      if (lanes[l] >= pivot) scratch[count++] = lanes[l];
+    }
+  };
+  const auto compact = [&] {  // raise the pivot to the k-th largest value collected so far
+    if (k <= 0 || count < compact_at) return;
+    std::nth_element(scratch, scratch + k - 1, scratch + count, std::greater<float>());
+    pivot = scratch[k - 1];
+    count = static_cast<std::int32_t>(std::partition(scratch, scratch + count, [&](float g) { return g >= pivot; }) - scratch);
+    compact_at = std::max(compact_at, 2 * count);  // ties at the pivot: amortise
+  };
   std::int32_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const B g0 = load_g<Arch>(row, i, ok), g1 = load_g<Arch>(row, i + W, ok);
+    m0 = lane_max(m0, g0);
+    m1 = lane_max(m1, g1);
+    if (collect && xsimd::any(lane_max(g0, g1) >= B(pivot))) {
+      gather(g0);
+      gather(g1);
+      compact();
+    }
+  }
   for (; i + W <= n; i += W) {
     const B g = load_g<Arch>(row, i, ok);
-    const auto higher = g > m;
-    m = xsimd::select(higher, g, m);
-    at = xsimd::select(higher, B(static_cast<float>(i / W)), at);
-    if (collect) {
-      const auto keep = g >= B(pivot);
-      if (xsimd::any(keep)) {
-#if XSIMD_WITH_AVX512F
-        if constexpr (kAvx512<Arch>) {
-          // Compress in a register, then a plain store: count + W <= i + W <= n.
-          _mm512_storeu_ps(scratch + count, _mm512_maskz_compress_ps(keep, g));
-          count += __builtin_popcount(static_cast<unsigned>(__mmask16(keep)));
-        } else
-#endif
-        {
-          alignas(64) float lanes[W];
-          g.store_aligned(lanes);
-          for (std::int32_t l = 0; l < W; ++l) {
-            if (lanes[l] >= pivot) scratch[count++] = lanes[l];
-          }
-        }
-      }
-    }
+    m0 = lane_max(m0, g);
+    if (collect && xsimd::any(g >= B(pivot))) gather(g);
   }
   Scan r;
-  alignas(64) float lane_max[W], lane_at[W];
-  m.store_aligned(lane_max);
-  at.store_aligned(lane_at);
-  for (std::int32_t l = 0; l < W; ++l) {  // lowest index among the lanes holding the max
-    if (lane_max[l] > r.max) {
-      r.max = lane_max[l];
-      r.argmax = static_cast<std::int32_t>(lane_at[l]) * W + l;
-    } else if (lane_max[l] == r.max && lane_max[l] > -core::kInf) {
-      r.argmax = std::min(r.argmax, static_cast<std::int32_t>(lane_at[l]) * W + l);
-    }
-  }
+  alignas(64) float lanes[W];
+  lane_max(m0, m1).store_aligned(lanes);
+  r.max = *std::max_element(lanes, lanes + W);
   r.ok = xsimd::all(ok);
+  const std::int32_t body = i;
   for (; i < n; ++i) {
     const core::Processed e = core::processed_logit(row, i);
     r.ok = r.ok && e.valid;
-    if (e.g > r.max) {
-      r.max = e.g;
-      r.argmax = i;
-    }
-    if (collect && e.g >= pivot) scratch[count++] = e.g;
+    r.max = std::max(r.max, e.g);
+    if (collect && e.g >= pivot && e.g > -core::kInf) scratch[count++] = e.g;
   }
   r.collected = count;
+  if (!r.ok || !(r.max > -core::kInf)) return r;
+  // The argmax: the first index holding the max, found again in the (cache-hot) row.
+  FB<Arch> unused(true);
+  for (i = 0; i + W <= body; i += W) {
+    if (xsimd::any(load_g<Arch, false>(row, i, unused) == B(r.max))) break;
+  }
+  for (; i < n; ++i) {
+    if (core::processed_logit(row, i).g == r.max) {
+      r.argmax = i;
+      break;
+    }
+  }
   return r;
 }
 
@@ -305,15 +353,23 @@ double row_mass(const LogitView<float>& view) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   const LogitRow<float>& row = view.row;
-  FB<Arch> ok(true);
+  FB<Arch> unused(true);
   D<Arch> lo(0.0), hi(0.0);
+  const B max(view.max), inv_t(view.inv_temperature);
   std::int32_t i = 0;
+  if (view.threshold == -core::kFloatMax) {
+    // Every finite value is kept, and exp_weight gives masked (-inf) lanes 0: no select. Pairs of
+    // vectors are added in float (one rounding) before they widen.
+    for (; i + 2 * W <= row.n; i += 2 * W) {
+      const B g0 = load_g<Arch, false>(row, i, unused), g1 = load_g<Arch, false>(row, i + W, unused);
+      widen_add<Arch>(exp_weight<Arch>((g0 - max) * inv_t) + exp_weight<Arch>((g1 - max) * inv_t), lo, hi);
+    }
+  }
   for (; i + W <= row.n; i += W) {
-    const B g = load_g<Arch>(row, i, ok);
+    const B g = load_g<Arch, false>(row, i, unused);
     const auto kept = g >= B(view.threshold);
     if (!xsimd::any(kept)) continue;
-    const B w = exp_weight<Arch>((g - B(view.max)) * B(view.inv_temperature));
-    widen_add<Arch>(xsimd::select(kept, w, B(0.0f)), lo, hi);
+    widen_add<Arch>(xsimd::select(kept, exp_weight<Arch>((g - max) * inv_t), B(0.0f)), lo, hi);
   }
   double s = lane_total<Arch>(lo, hi);
   for (; i < row.n; ++i) {
@@ -330,12 +386,12 @@ void min_p_pass(LogitView<float>& view) {
   constexpr std::int32_t W = B::size;
   const LogitRow<float>& row = view.row;
   const float min_p = row.params.min_p;
-  FB<Arch> ok(true);
+  FB<Arch> unused(true);
   D<Arch> lo(0.0), hi(0.0);
   B lowest(core::kInf);
   std::int32_t i = 0;
   for (; i + W <= row.n; i += W) {
-    const B g = load_g<Arch>(row, i, ok);
+    const B g = load_g<Arch, false>(row, i, unused);
     const B w = exp_weight<Arch>((g - B(view.max)) * B(view.inv_temperature));
     const auto kept = (w >= B(min_p)) & (g > B(-core::kInf));
     widen_add<Arch>(xsimd::select(kept, w, B(0.0f)), lo, hi);
@@ -355,28 +411,6 @@ void min_p_pass(LogitView<float>& view) {
   }
   view.threshold = threshold;
   view.norm = s;
-}
-
-/// The pivot for top_k: from 1024 values at even strides, one that about 8k/1024 (at least k
-/// with high probability) of the row's values clear; -FLT_MAX (collect everything) when k is a
-/// large share of the row.
-inline float top_k_pivot(const LogitRow<float>& row, std::int32_t k) {
-  constexpr std::int32_t kSample = 1024;
-  const std::int32_t n = row.n;
-  if (n <= 4 * kSample) return -core::kFloatMax;
-  float sample[kSample];
-  std::int32_t finite = 0;
-  for (std::int32_t j = 0; j < kSample; ++j) {
-    const auto i = static_cast<std::int32_t>(std::int64_t{j} * n / kSample);
-    const float g = core::processed_logit(row, i).g;
-    if (g > -core::kInf && g <= core::kFloatMax) sample[finite++] = g;
-  }
-  // The expected count of sampled values among the row's top k, plus 4 standard deviations and 4.
-  const double expected = double(k) * kSample / n;
-  const auto rank = static_cast<std::int32_t>(std::ceil(expected + 4.0 * std::sqrt(expected) + 4.0));
-  if (rank >= finite) return -core::kFloatMax;
-  std::nth_element(sample, sample + rank - 1, sample + finite, std::greater<float>());
-  return sample[rank - 1];
 }
 
 /// top_p on candidates c[0..m) (every token still kept, in any order; reordered here): the
@@ -451,8 +485,7 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   const bool top_k = !view.greedy && params.top_k > 0 && params.top_k < row.n;
   const bool top_p = !view.greedy && params.top_p < 1.0f;
   const bool collect = top_k || top_p;
-  float pivot = top_k ? d::top_k_pivot(row, params.top_k) : -core::kFloatMax;
-  d::Scan s = d::scan<Arch>(row, collect, pivot, scratch);
+  d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
   view.ok = s.ok;
   view.max = s.max;
   view.argmax = s.argmax;
@@ -471,11 +504,7 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
     view.inv_norm = static_cast<float>(1.0 / view.norm);
     return view;
   }
-  std::int32_t m = s.collected;
-  if (top_k && m < params.top_k && pivot > -core::kFloatMax) {  // the pivot was too high: take all
-    pivot = -core::kFloatMax;
-    m = d::scan<Arch>(row, true, pivot, scratch).collected;
-  }
+  std::int32_t m = s.collected;  // every finite value that may be kept
   if (top_k && m >= params.top_k) {
     std::nth_element(scratch, scratch + params.top_k - 1, scratch + m, std::greater<float>());
     view.threshold = scratch[params.top_k - 1];
@@ -554,13 +583,15 @@ struct LogitRows {
     }
     if (!q) {
       return draw_weights(
-          [&](std::int32_t v) { return logits_detail::probs<Arch>(p, v); },
+          [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
           [&](std::int32_t v) { return v == x ? 0.0f : value(p, v); }, x, u);
     }
     return draw_weights(
-        [&](std::int32_t v) {
-          return lane_max(logits_detail::probs<Arch>(p, v) - logits_detail::probs<Arch>(*q, v),
-                          logits_detail::F<Arch>(0.0f));
+        [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE {
+          using B = logits_detail::F<Arch>;
+          const B pv = logits_detail::probs<Arch>(p, v);
+          if (!xsimd::any(pv > B(0.0f))) return B(0.0f);  // max(0 - q, 0): q not read
+          return lane_max(pv - logits_detail::probs<Arch>(*q, v), B(0.0f));
         },
         [&](std::int32_t v) { return std::max(value(p, v) - value(*q, v), 0.0f); }, -1, u);
   }
@@ -569,7 +600,7 @@ struct LogitRows {
     if (!p.ok) return {-1, false};
     if (!p.has_mass()) return {-1, true};
     if (p.greedy) return {p.argmax, true};
-    return draw_weights([&](std::int32_t v) { return logits_detail::probs<Arch>(p, v); },
+    return draw_weights([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
                         [&](std::int32_t v) { return value(p, v); }, -1, u);
   }
 
@@ -623,6 +654,10 @@ struct LogitRows {
       const std::int32_t end = n - begin > chunk ? begin + chunk : n;
       Dv lo(0.0), hi(0.0);
       std::int32_t i = begin;
+      for (; i + 2 * W <= end; i += 2 * W) {  // pairs of vectors: one float add, then widen
+        const B w = vec(i) + vec(i + W);
+        if (xsimd::any(w != B(0.0f))) logits_detail::widen_add<Arch>(w, lo, hi);
+      }
       for (; i + W <= end; i += W) logits_detail::widen_add<Arch>(vec(i), lo, hi);
       double s = logits_detail::lane_total<Arch>(lo, hi);
       for (; i < end; ++i) s += one(i);
@@ -637,12 +672,22 @@ struct LogitRows {
     while (c + 1 < chunks && !(before + sums[c] > threshold)) before += sums[c++];
     const std::int32_t begin = c * chunk, end = std::min(n, begin + chunk);
     std::int32_t last_positive = -1;
-    for (std::int32_t i = begin; i < end; ++i) {
-      const double wi = one(i);
-      if (wi > 0.0) {
-        before += wi;
-        last_positive = i;
-        if (before > threshold) return {i, true};
+    // The ordered rescan, on weights computed a vector at a time (the same bits as one(i)).
+    alignas(64) float block[W];
+    for (std::int32_t i = begin; i < end; i += W) {
+      const bool full = i + W <= end && (skip < i || skip >= i + W);
+      if (full) {
+        const B w = vec(i);
+        if (!xsimd::any(w > B(0.0f))) continue;
+        w.store_aligned(block);
+      }
+      for (std::int32_t l = 0; l < W && i + l < end; ++l) {
+        const double wi = full ? block[l] : one(i + l);
+        if (wi > 0.0) {
+          before += wi;
+          last_positive = i + l;
+          if (before > threshold) return {i + l, true};
+        }
       }
     }
     // As cpu::draw: lane sums and the ordered rescan round apart in the last bits.
@@ -698,7 +743,7 @@ Checked<std::int32_t> LogitRows<Arch>::gumbel_argmax(const View& p, std::uint64_
   logits_detail::FB<Arch> ok(true);
   std::int32_t i = 0;
   for (; i + W <= rows; i += W) {
-    const B g = logits_detail::load_g<Arch>(p.row, i, ok);
+    const B g = logits_detail::load_g<Arch, false>(p.row, i, ok);
     // a + kGumbelMax >= best_key  <=>  g >= max + (best_key - kGumbelMax) T, with slack for rounding.
     const B a = (g - B(p.max)) * B(p.inv_temperature);
     if (!xsimd::any((g >= B(p.threshold)) & (a >= B(static_cast<float>(best_key - core::kGumbelMax - 1e-3))))) {
