@@ -1,0 +1,791 @@
+// CPU row work for rows of logits (the logits row source): the pre-pass that turns a LogitRow
+// into a LogitView (max, argmax, validation, the kept-set threshold, the normaliser), and the row
+// operations read through views, mirroring cpu::Rows: value, max, argmax, entropy, divergence,
+// the residual and target draws, and the Gumbel-max sample of coupled verification.
+//
+// Every weight is core::exp_weight, computed lane by lane with the same float operations (fused
+// multiply-adds included), so a view's value(), its draws and the CUDA backend see the same bits.
+// Kernels are templates over an xsimd architecture with one generic body, like row_kernels.hpp.
+//
+// Pre-pass cost (the kept set is found without sorting the row):
+//   greedy (T = 0):               one read: max, argmax, validation.
+//   no top_k / top_p / min_p:     that read, then the sum of weights over the (cache-hot) row.
+//   min_p alone:                  that read, then one pass summing the weights w >= min_p.
+//   top_k (with or without top_p, min_p): the read also collects candidates into scratch by a
+//       streaming selection with a rising pivot (see scan): about k ln(n / 1024) values beyond
+//       the first 1024; the k-th largest is selected among them (nth_element); top_p and min_p
+//       then work on the k or so survivors.
+//   top_p without top_k:          the read copies every finite value into scratch; a quickselect on
+//       mass (three-way partitions, the mass of the upper part decides the side) finds the
+//       threshold in expected linear work.
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "specverify/core/logit_rows.hpp"
+#include "specverify/core/row_math.hpp"
+#include "specverify/cpu/divergence_kernels.hpp"
+#include "specverify/cpu/row_kernels.hpp"
+#include "specverify/rule.hpp"
+
+namespace specverify::cpu {
+
+/// The weight functions handed to the draw run once per vector: inlined, or each call passes its
+/// vector through memory.
+#if defined(__GNUC__) || defined(__clang__)
+#define SPECVERIFY_LAMBDA_INLINE __attribute__((always_inline))
+#else
+#define SPECVERIFY_LAMBDA_INLINE
+#endif
+
+using core::LogitRow;
+using core::LogitView;
+
+namespace logits_detail {
+
+template <class Arch>
+using F = xsimd::batch<float, Arch>;
+template <class Arch>
+using FB = xsimd::batch_bool<float, Arch>;
+template <class Arch>
+using I = xsimd::batch<std::int32_t, Arch>;
+template <class Arch>
+using D = xsimd::batch<double, Arch>;
+
+#if XSIMD_WITH_AVX512F
+template <class Arch>
+inline constexpr bool kAvx512 = std::is_base_of<xsimd::avx512f, Arch>::value;
+#else
+template <class Arch>
+inline constexpr bool kAvx512 = false;
+#endif
+
+template <class Arch>
+inline constexpr bool kFma3 =
+#if XSIMD_WITH_FMA3_AVX2
+    std::is_base_of<xsimd::fma3<xsimd::avx2>, Arch>::value ||
+#endif
+#if XSIMD_WITH_FMA3_AVX
+    std::is_base_of<xsimd::fma3<xsimd::avx>, Arch>::value ||
+#endif
+#if XSIMD_WITH_FMA3_SSE
+    std::is_base_of<xsimd::fma3<xsimd::sse4_2>, Arch>::value ||
+#endif
+    false;
+
+/// a * b + c with one rounding per lane, as core::fused. xsimd 8.1 writes AVX-512's fma as
+/// x * y + z (fused only where the compiler contracts), hence the intrinsic.
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> fused(const F<Arch>& a, const F<Arch>& b, const F<Arch>& c) {
+#if XSIMD_WITH_AVX512F
+  if constexpr (kAvx512<Arch>) {
+    return F<Arch>(_mm512_fmadd_ps(a, b, c));
+  } else
+#endif
+  if constexpr (kFma3<Arch>) {
+    return xsimd::fma(a, b, c);
+  } else {  // no fused instruction: one rounding per lane all the same
+    constexpr std::size_t W = F<Arch>::size;
+    alignas(64) float x[W], y[W], z[W];
+    a.store_aligned(x);
+    b.store_aligned(y);
+    c.store_aligned(z);
+    for (std::size_t l = 0; l < W; ++l) x[l] = core::fused(x[l], y[l], z[l]);
+    return F<Arch>::load_aligned(x);
+  }
+}
+
+/// core::exp_weight lane by lane: the same operations in the same order.
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> exp_weight(const F<Arch>& a) {
+  using B = F<Arch>;
+  const B t = fused<Arch>(a, B(core::kLog2e), B(core::kRoundMagic));
+  const B n = t - B(core::kRoundMagic);
+  B r = fused<Arch>(n, B(-core::kExpLn2Hi), a);
+  r = fused<Arch>(n, B(-core::kExpLn2Lo), r);
+  B poly(core::kExpP0);
+  poly = fused<Arch>(poly, r, B(core::kExpP1));
+  poly = fused<Arch>(poly, r, B(core::kExpP2));
+  poly = fused<Arch>(poly, r, B(core::kExpP3));
+  poly = fused<Arch>(poly, r, B(core::kExpP4));
+  poly = fused<Arch>(poly, r, B(core::kExpP5));
+  const B y = fused<Arch>(poly, r * r, r) + B(1.0f);
+  B scaled;
+#if XSIMD_WITH_AVX512F
+  if constexpr (kAvx512<Arch>) {
+    // y 2^n, exact like the multiply by 2^n it replaces (the result is a normal float); and no
+    // integer shift, inside whose AVX-512 intrinsic g++ 12 reports a false -Wmaybe-uninitialized
+    // (the maskz forms here and below avoid the same false warning).
+    scaled = B(_mm512_maskz_scalef_ps(0xffff, y, n));
+  } else
+#endif
+  {
+    const I<Arch> bits = xsimd::bitwise_cast<I<Arch>>(t) -
+                         I<Arch>(static_cast<std::int32_t>(core::float_bits(core::kRoundMagic)) - 127);
+    scaled = y * xsimd::bitwise_cast<B>(bits << 23);
+  }
+  // Lanes below the cutoff (and -inf, NaN) computed garbage above: they are 0.
+  return xsimd::select(a >= B(core::kExpCutoff), scaled, B(0.0f));
+}
+
+/// Float lanes as two double vectors (low half, high half).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE void widen_add(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
+#if XSIMD_WITH_AVX512DQ
+  if constexpr (std::is_base_of<xsimd::avx512dq, Arch>::value) {
+    lo += D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 0)));
+    hi += D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
+    return;
+  }
+#endif
+  alignas(64) float lanes[F<Arch>::size];
+  v.store_aligned(lanes);
+  lo += D<Arch>::load_aligned(lanes);
+  hi += D<Arch>::load_aligned(lanes + D<Arch>::size);
+}
+
+template <class Arch>
+double lane_total(const D<Arch>& lo, const D<Arch>& hi) {
+  return lane_sum(lo + hi);
+}
+
+/// Lanes of the bitmask word for the W tokens starting at i (i a multiple of W).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE FB<Arch> allowed_lanes(const std::uint32_t* allowed, std::int32_t i) {
+  constexpr std::int32_t W = F<Arch>::size;
+  const std::uint32_t word = allowed[i >> 5] >> (i & 31);
+#if XSIMD_WITH_AVX512F
+  if constexpr (kAvx512<Arch>) {
+    return FB<Arch>(static_cast<__mmask16>(word & 0xffffu));
+  } else
+#endif
+  {
+    alignas(64) std::int32_t lane_bits[W];
+    for (std::int32_t l = 0; l < W; ++l) lane_bits[l] = static_cast<std::int32_t>(1u << l);
+    const I<Arch> hit = I<Arch>(static_cast<std::int32_t>(word)) & I<Arch>::load_aligned(lane_bits);
+    return xsimd::to_float(hit) != F<Arch>(0.0f);
+  }
+}
+
+/// Lanes holding NaN or +inf (invalid logits; -inf is a masked token).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE FB<Arch> invalid_logit(const F<Arch>& l) {
+#if XSIMD_WITH_AVX512DQ
+  if constexpr (std::is_base_of<xsimd::avx512dq, Arch>::value) {
+    return FB<Arch>(_mm512_fpclass_ps_mask(l, 0x89));  // QNaN, +inf, SNaN: one instruction
+  } else
+#endif
+  {
+    return !(l < F<Arch>(core::kInf));
+  }
+}
+
+/// Steps 1 and 2 for the W tokens at row index i (i + W <= n): g; with kValidate, `ok` is
+/// cleared in lanes whose inputs are invalid. The same operations as core::processed_logit.
+/// Passes after the pre-pass's first read skip the validation (it has been done).
+template <class Arch, bool kValidate = true>
+SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<float>& row, std::int32_t i, FB<Arch>& ok) {
+  using B = F<Arch>;
+  const B inf(core::kInf);
+  const B l = B::load_unaligned(row.logits + i);
+  if constexpr (kValidate) ok = ok & !invalid_logit<Arch>(l);
+  B g = l;
+  if (row.unconditional) {
+    const B u = B::load_unaligned(row.unconditional + i);
+    const auto masked = (l == -inf) | (u == -inf);
+    const B guided = fused<Arch>(B(row.guidance_scale), l - u, u);
+    if constexpr (kValidate) {
+      ok = ok & !invalid_logit<Arch>(u) & (masked | (xsimd::abs(guided) <= B(core::kFloatMax)));
+    }
+    g = xsimd::select(masked, -inf, guided);
+  }
+  if (row.allowed) g = xsimd::select(allowed_lanes<Arch>(row.allowed, i), g, -inf);
+  return g;
+}
+
+/// p of the W row indices at i (a prepared, non-greedy view); the same bits as
+/// core::probability_at.
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> probs_from_g(const LogitView<float>& view, const F<Arch>& g) {
+  using B = F<Arch>;
+  const B a = (g - B(view.max)) * B(view.inv_temperature);
+  // Every finite value kept: exp_weight already gives masked (-inf) lanes 0.
+  if (view.threshold == -core::kFloatMax) return exp_weight<Arch>(a) * B(view.inv_norm);
+  const auto kept = g >= B(view.threshold);
+  if (!xsimd::any(kept)) return B(0.0f);
+  return xsimd::select(kept, exp_weight<Arch>(a) * B(view.inv_norm), B(0.0f));
+}
+
+/// p at target ids v .. v + W - 1 (v + W <= the target vocabulary).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<float>& view, std::int32_t v) {
+  using B = F<Arch>;
+  if (view.row.target_to_draft || view.greedy) {  // gathers and one-hot rows, element by element
+    alignas(64) float lanes[B::size];
+    for (std::int32_t l = 0; l < static_cast<std::int32_t>(B::size); ++l) lanes[l] = core::probability(view, v + l);
+    return B::load_aligned(lanes);
+  }
+  FB<Arch> ok(true);  // the pre-pass validated every value
+  return probs_from_g<Arch>(view, load_g<Arch, false>(view.row, v, ok));
+}
+
+/// Sum of w over the candidates c[0..m) that are >= threshold, with the view's max and 1/T.
+template <class Arch>
+double candidate_mass(const float* c, std::int32_t m, float threshold, float max, float inv_t) {
+  using B = F<Arch>;
+  constexpr std::int32_t W = B::size;
+  D<Arch> lo(0.0), hi(0.0);
+  std::int32_t i = 0;
+  for (; i + W <= m; i += W) {
+    const B g = B::load_unaligned(c + i);
+    const B w = exp_weight<Arch>((g - B(max)) * B(inv_t));
+    widen_add<Arch>(xsimd::select(g >= B(threshold), w, B(0.0f)), lo, hi);
+  }
+  double s = lane_total<Arch>(lo, hi);
+  for (; i < m; ++i) {
+    if (c[i] >= threshold) s += core::exp_weight(core::weight_argument(c[i], max, inv_t));
+  }
+  return s;
+}
+
+/// The read of the pre-pass: max g, its lowest index, validity; with `collect`, the values that
+/// may be kept are appended to scratch (which holds n floats) and their count returned.
+/// For top_k (k > 0) the collection is a streaming selection: values >= pivot are appended; when
+/// the buffer has grown past kCompactAt (and doubled since the last time), the k-th largest value
+/// collected so far becomes the pivot and the values below it are dropped. The pivot never exceeds
+/// the row's k-th largest value, so every value top_k keeps is collected; on rows in no particular
+/// order only ~k ln(n / kCompactAt) values clear the rising pivot after the first compaction.
+struct Scan {
+  float max = -core::kInf;
+  std::int32_t argmax = -1;
+  bool ok = true;
+  std::int32_t collected = 0;
+};
+
+inline constexpr std::int32_t kCompactAt = 1024;
+
+template <class Arch>
+Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scratch) {
+  using B = F<Arch>;
+  constexpr std::int32_t W = B::size;
+  const std::int32_t n = row.n;
+  B m0(-core::kInf), m1(-core::kInf);  // two accumulators: two independent max chains
+  FB<Arch> ok(true);
+  float pivot = -core::kFloatMax;
+  std::int32_t count = 0, compact_at = std::max(kCompactAt, 2 * k);
+  const auto gather = [&](const B& g) {  // appends the lanes >= pivot
+#if XSIMD_WITH_AVX512F
+    if constexpr (kAvx512<Arch>) {
+      // Compress in a register, then a plain store: count + W <= (elements read) <= n.
+      const auto keep = g >= B(pivot);
+      _mm512_storeu_ps(scratch + count, _mm512_maskz_compress_ps(keep, g));
+      count += __builtin_popcount(static_cast<unsigned>(__mmask16(keep)));
+      return;
+    }
+#endif
+    alignas(64) float lanes[W];
+    g.store_aligned(lanes);
+    for (std::int32_t l = 0; l < W; ++l) {
+      if (lanes[l] >= pivot) scratch[count++] = lanes[l];
+    }
+  };
+  const auto compact = [&] {  // raise the pivot to the k-th largest value collected so far
+    if (k <= 0 || count < compact_at) return;
+    std::nth_element(scratch, scratch + k - 1, scratch + count, std::greater<float>());
+    pivot = scratch[k - 1];
+    count = static_cast<std::int32_t>(std::partition(scratch, scratch + count, [&](float g) { return g >= pivot; }) - scratch);
+    compact_at = std::max(compact_at, 2 * count);  // ties at the pivot: amortise
+  };
+  std::int32_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const B g0 = load_g<Arch>(row, i, ok), g1 = load_g<Arch>(row, i + W, ok);
+    m0 = lane_max(m0, g0);
+    m1 = lane_max(m1, g1);
+    if (collect && xsimd::any(lane_max(g0, g1) >= B(pivot))) {
+      gather(g0);
+      gather(g1);
+      compact();
+    }
+  }
+  for (; i + W <= n; i += W) {
+    const B g = load_g<Arch>(row, i, ok);
+    m0 = lane_max(m0, g);
+    if (collect && xsimd::any(g >= B(pivot))) gather(g);
+  }
+  Scan r;
+  alignas(64) float lanes[W];
+  lane_max(m0, m1).store_aligned(lanes);
+  r.max = *std::max_element(lanes, lanes + W);
+  r.ok = xsimd::all(ok);
+  const std::int32_t body = i;
+  for (; i < n; ++i) {
+    const core::Processed e = core::processed_logit(row, i);
+    r.ok = r.ok && e.valid;
+    r.max = std::max(r.max, e.g);
+    if (collect && e.g >= pivot && e.g > -core::kInf) scratch[count++] = e.g;
+  }
+  r.collected = count;
+  if (!r.ok || !(r.max > -core::kInf)) return r;
+  // The argmax: the first index holding the max, found again in the (cache-hot) row.
+  FB<Arch> unused(true);
+  for (i = 0; i + W <= body; i += W) {
+    if (xsimd::any(load_g<Arch, false>(row, i, unused) == B(r.max))) break;
+  }
+  for (; i < n; ++i) {
+    if (core::processed_logit(row, i).g == r.max) {
+      r.argmax = i;
+      break;
+    }
+  }
+  return r;
+}
+
+/// Sum of the weights of every kept token (g >= threshold) over the row.
+template <class Arch>
+double row_mass(const LogitView<float>& view) {
+  using B = F<Arch>;
+  constexpr std::int32_t W = B::size;
+  const LogitRow<float>& row = view.row;
+  FB<Arch> unused(true);
+  D<Arch> lo(0.0), hi(0.0);
+  const B max(view.max), inv_t(view.inv_temperature);
+  std::int32_t i = 0;
+  if (view.threshold == -core::kFloatMax) {
+    // Every finite value is kept, and exp_weight gives masked (-inf) lanes 0: no select. Pairs of
+    // vectors are added in float (one rounding) before they widen.
+    for (; i + 2 * W <= row.n; i += 2 * W) {
+      const B g0 = load_g<Arch, false>(row, i, unused), g1 = load_g<Arch, false>(row, i + W, unused);
+      widen_add<Arch>(exp_weight<Arch>((g0 - max) * inv_t) + exp_weight<Arch>((g1 - max) * inv_t), lo, hi);
+    }
+  }
+  for (; i + W <= row.n; i += W) {
+    const B g = load_g<Arch, false>(row, i, unused);
+    const auto kept = g >= B(view.threshold);
+    if (!xsimd::any(kept)) continue;
+    widen_add<Arch>(xsimd::select(kept, exp_weight<Arch>((g - max) * inv_t), B(0.0f)), lo, hi);
+  }
+  double s = lane_total<Arch>(lo, hi);
+  for (; i < row.n; ++i) {
+    const float g = core::processed_logit(row, i).g;
+    if (g >= view.threshold) s += core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
+  }
+  return s;
+}
+
+/// min_p alone over the row: the lowest g with w >= min_p (the threshold) and the mass kept.
+template <class Arch>
+void min_p_pass(LogitView<float>& view) {
+  using B = F<Arch>;
+  constexpr std::int32_t W = B::size;
+  const LogitRow<float>& row = view.row;
+  const float min_p = row.params.min_p;
+  FB<Arch> unused(true);
+  D<Arch> lo(0.0), hi(0.0);
+  B lowest(core::kInf);
+  std::int32_t i = 0;
+  for (; i + W <= row.n; i += W) {
+    const B g = load_g<Arch, false>(row, i, unused);
+    const B w = exp_weight<Arch>((g - B(view.max)) * B(view.inv_temperature));
+    const auto kept = (w >= B(min_p)) & (g > B(-core::kInf));
+    widen_add<Arch>(xsimd::select(kept, w, B(0.0f)), lo, hi);
+    lowest = xsimd::select(kept & (g < lowest), g, lowest);
+  }
+  double s = lane_total<Arch>(lo, hi);
+  alignas(64) float lanes[W];
+  lowest.store_aligned(lanes);
+  float threshold = *std::min_element(lanes, lanes + W);
+  for (; i < row.n; ++i) {
+    const float g = core::processed_logit(row, i).g;
+    const float w = core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
+    if (w >= min_p && g > -core::kInf) {
+      s += w;
+      threshold = std::min(threshold, g);
+    }
+  }
+  view.threshold = threshold;
+  view.norm = s;
+}
+
+/// top_p on candidates c[0..m) (every token still kept, in any order; reordered here): the
+/// largest value t such that the candidates >= t hold mass >= top_p of the candidates' mass.
+template <class Arch>
+float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float top_p) {
+  const auto w = [&](float g) { return core::exp_weight(core::weight_argument(g, max, inv_t)); };
+  double need = double(top_p) * candidate_mass<Arch>(c, m, -core::kFloatMax, max, inv_t);
+  std::int32_t lo = 0, hi = m;
+  constexpr std::int32_t kSortBelow = 2048;
+  while (hi - lo > kSortBelow) {
+    // Quickselect on mass: three-way partition around a median of three values.
+    float trio[3] = {c[lo], c[lo + (hi - lo) / 2], c[hi - 1]};
+    std::sort(trio, trio + 3);
+    const float pivot = trio[1];
+    float* const above_end = std::partition(c + lo, c + hi, [&](float g) { return g > pivot; });
+    float* const equal_end = std::partition(above_end, c + hi, [&](float g) { return g == pivot; });
+    const auto above = static_cast<std::int32_t>(above_end - c);
+    const auto equal = static_cast<std::int32_t>(equal_end - c);
+    const double mass_above = candidate_mass<Arch>(c + lo, above - lo, -core::kFloatMax, max, inv_t);
+    const double mass_equal = double(equal - above) * w(pivot);
+    if (mass_above >= need) {
+      hi = above;
+    } else if (mass_above + mass_equal >= need) {
+      return pivot;
+    } else {
+      need -= mass_above + mass_equal;
+      lo = equal;
+    }
+  }
+  std::sort(c + lo, c + hi, std::greater<float>());
+  double mass = 0;
+  for (std::int32_t i = lo; i < hi; ++i) {
+    mass += w(c[i]);
+    if (mass >= need && (i + 1 == hi || c[i + 1] != c[i])) return c[i];
+  }
+  return hi > lo ? c[hi - 1] : c[lo > 0 ? lo - 1 : 0];  // rounding left `need` just out of reach
+}
+
+/// min_p and the normaliser on candidates c[0..m) that are >= view.threshold.
+template <class Arch>
+void finish_on_candidates(LogitView<float>& view, const float* c, std::int32_t m) {
+  const float min_p = view.row.params.min_p;
+  if (min_p > 0.0f) {
+    float lowest = view.max;  // w = 1 >= min_p at the max
+    for (std::int32_t i = 0; i < m; ++i) {
+      if (c[i] >= view.threshold && c[i] < lowest &&
+          core::exp_weight(core::weight_argument(c[i], view.max, view.inv_temperature)) >= min_p) {
+        lowest = c[i];
+      }
+    }
+    view.threshold = lowest;
+  }
+  view.norm = candidate_mass<Arch>(c, m, view.threshold, view.max, view.inv_temperature);
+}
+
+}  // namespace logits_detail
+
+/// The pre-pass: a view of `row` with its sampling parameters applied (API.md's seven steps).
+/// `scratch` holds row.n floats, used only while this runs (top_k and top_p). Parameters must
+/// have passed check_sampling_params. view.ok is false when a NaN or +inf logit was read;
+/// view.has_mass() is false when every token is masked.
+template <class Arch = DefaultArch>
+LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
+  namespace d = logits_detail;
+  LogitView<float> view;
+  view.row = row;
+  const SamplingParams& params = row.params;
+  view.greedy = params.temperature == 0.0f;
+  view.inv_temperature = view.greedy ? 0.0f : std::min(1.0f / params.temperature, core::kFloatMax);
+  view.threshold = -core::kFloatMax;
+  const bool top_k = !view.greedy && params.top_k > 0 && params.top_k < row.n;
+  const bool top_p = !view.greedy && params.top_p < 1.0f;
+  const bool collect = top_k || top_p;
+  d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
+  view.ok = s.ok;
+  view.max = s.max;
+  view.argmax = s.argmax;
+  if (!s.ok || !view.has_mass()) return view;
+  if (view.greedy) {
+    view.norm = 1.0;
+    view.inv_norm = 1.0f;
+    return view;
+  }
+  if (!collect) {
+    if (params.min_p > 0.0f) {
+      d::min_p_pass<Arch>(view);
+    } else {
+      view.norm = d::row_mass<Arch>(view);
+    }
+    view.inv_norm = static_cast<float>(1.0 / view.norm);
+    return view;
+  }
+  std::int32_t m = s.collected;  // every finite value that may be kept
+  if (top_k && m >= params.top_k) {
+    std::nth_element(scratch, scratch + params.top_k - 1, scratch + m, std::greater<float>());
+    view.threshold = scratch[params.top_k - 1];
+    // nth_element leaves the k - 1 larger values before it; ties follow anywhere after.
+    m = static_cast<std::int32_t>(std::partition(scratch, scratch + m,
+                                                 [&](float g) { return g >= view.threshold; }) - scratch);
+  }
+  if (top_p) {
+    view.threshold = d::top_p_threshold<Arch>(scratch, m, view.max, view.inv_temperature, params.top_p);
+  }
+  d::finish_on_candidates<Arch>(view, scratch, m);
+  view.inv_norm = static_cast<float>(1.0 / view.norm);
+  return view;
+}
+
+/// The row operations through views, as core::walk_chain asks them of a backend. Indices are
+/// target ids: a view over a reduced draft vocabulary is read through its target_to_draft map.
+/// argmax, draw_target and gumbel_argmax return row indices (of target rows, which have no map).
+template <class Arch = DefaultArch>
+struct LogitRows {
+  std::int32_t n;  // target vocabulary size
+
+  using View = LogitView<float>;
+
+  float value(const View& v, std::int32_t token) const { return core::probability(v, token); }
+
+  /// max_v p(v): p at the argmax, 1 * inv_norm (0 without mass).
+  Checked<float> max(const View& p) const {
+    return {p.has_mass() ? (p.greedy ? 1.0f : p.inv_norm) : 0.0f, p.ok};
+  }
+
+  /// The lowest index of max g: the exact argmax of p (its float rounding may tie a neighbour).
+  Checked<std::int32_t> argmax(const View& p) const { return {p.argmax, p.ok}; }
+
+  Checked<float> entropy(const View& p) const {
+    if (p.greedy || !p.has_mass()) return {0.0f, p.ok};
+    double h = 0.0;
+    bool ok = p.ok;
+    for_chunks(p, nullptr, [&](const float* pc, const float*, std::int32_t len) {
+      const Checked<float> c = row_entropy<Arch>(pc, len);
+      h += c.value;
+      ok = ok && c.ok;
+    });
+    return {static_cast<float>(h), ok};
+  }
+
+  /// D(p, q); q == nullptr is one-hot at x.
+  Checked<float> divergence(Divergence d, const View& p, const View* q, std::int32_t x) const {
+    if (!q) {  // D(p, e_x) depends on a = p(x) and the rest of p's mass alone
+      if (x < 0 || x >= n) return {std::numeric_limits<float>::quiet_NaN(), false};
+      const double a = value(p, x), rest = std::max(0.0, 1.0 - a);
+      const double off = rest > 0.0 ? rest * core::divergence_term(d, 1.0, 0.0) : 0.0;
+      return {static_cast<float>(off + core::divergence_term(d, a, 1.0)), p.ok};
+    }
+    double total = 0.0;
+    bool ok = p.ok && q->ok;
+    for_chunks(p, q, [&](const float* pc, const float* qc, std::int32_t len) {
+      const Checked<float> c = row_divergence<Arch>(d, pc, qc, -1, len);
+      total += c.value;
+      ok = ok && c.ok;
+    });
+    return {static_cast<float>(total), ok};
+  }
+
+  /// From max(p - q, 0) (q == nullptr: one-hot at x), in float lanes; -1 when it has no mass.
+  Checked<std::int32_t> draw_residual(const View& p, const View* q, std::int32_t x, float u) const {
+    if (!p.ok || (q && !q->ok)) return {-1, false};
+    if (!p.has_mass()) return {-1, true};
+    if (q && q->greedy) {  // one-hot q at the target id of its argmax
+      x = q->row.target_to_draft ? target_id(*q, q->argmax) : q->argmax;
+      q = nullptr;
+    }
+    if (p.greedy) {  // one positive weight at most: 1 - q(argmax)
+      const float qa = q ? value(*q, p.argmax) : (p.argmax == x ? 1.0f : 0.0f);
+      return {1.0f - qa > 0.0f ? p.argmax : -1, true};
+    }
+    if (!q) {
+      return draw_weights(
+          [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
+          [&](std::int32_t v) { return v == x ? 0.0f : value(p, v); }, x, u);
+    }
+    return draw_weights(
+        [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE {
+          using B = logits_detail::F<Arch>;
+          const B pv = logits_detail::probs<Arch>(p, v);
+          if (!xsimd::any(pv > B(0.0f))) return B(0.0f);  // max(0 - q, 0): q not read
+          return lane_max(pv - logits_detail::probs<Arch>(*q, v), B(0.0f));
+        },
+        [&](std::int32_t v) { return std::max(value(p, v) - value(*q, v), 0.0f); }, -1, u);
+  }
+
+  Checked<std::int32_t> draw_target(const View& p, float u) const {
+    if (!p.ok) return {-1, false};
+    if (!p.has_mass()) return {-1, true};
+    if (p.greedy) return {p.argmax, true};
+    return draw_weights([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
+                        [&](std::int32_t v) { return value(p, v); }, -1, u);
+  }
+
+  /// Coupled sampling: argmax over kept tokens of (g - max)/T + Gumbel(seed, position, v), lowest
+  /// index on ties; argmax for greedy rows; -1 without mass.
+  Checked<std::int32_t> gumbel_argmax(const View& p, std::uint64_t seed, std::int64_t position) const;
+
+ private:
+  static std::int32_t target_id(const View& q, std::int32_t row_index) {
+    for (std::int32_t v = 0;; ++v) {
+      if (q.row.target_to_draft[v] == row_index) return v;
+    }
+  }
+
+  /// Calls f(p_chunk, q_chunk_or_null, len) over target ids in chunks of materialised floats (the
+  /// values value() returns), so the probability-row statistics run on them unchanged.
+  template <class Fn>
+  void for_chunks(const View& p, const View* q, Fn f) const {
+    using B = logits_detail::F<Arch>;
+    constexpr std::int32_t W = B::size, kChunk = 2048;
+    alignas(64) float pc[kChunk], qc[kChunk];
+    for (std::int32_t begin = 0; begin < n; begin += kChunk) {
+      const std::int32_t len = std::min(kChunk, n - begin);
+      std::int32_t i = 0;
+      for (; i + W <= len; i += W) {
+        logits_detail::probs<Arch>(p, begin + i).store_aligned(pc + i);
+        if (q) logits_detail::probs<Arch>(*q, begin + i).store_aligned(qc + i);
+      }
+      for (; i < len; ++i) {
+        pc[i] = value(p, begin + i);
+        if (q) qc[i] = value(*q, begin + i);
+      }
+      f(pc, q ? qc : nullptr, len);
+    }
+  }
+
+  /// The library's draw over float weights: the smallest i with w_0 + ... + w_i > u * sum(w),
+  /// chunk sums in double lanes, then an ordered rescan of the chunk holding the crossing (as
+  /// cpu::draw). `vec(v)` gives W weights from v, `one(v)` the same weight alone (bit-identical),
+  /// `skip` an index whose weight the vector pass must not count (one-hot residual; -1: none).
+  template <class Vec, class One>
+  Checked<std::int32_t> draw_weights(Vec vec, One one, std::int32_t skip, float u) const {
+    using B = logits_detail::F<Arch>;
+    using Dv = logits_detail::D<Arch>;
+    constexpr std::int32_t W = B::size;
+    const std::int32_t chunk = chunk_length(n);
+    double sums[kMaxChunks];
+    double total = 0.0;
+    std::int32_t chunks = 0;
+    for (std::int32_t begin = 0; begin < n; begin += chunk, ++chunks) {
+      const std::int32_t end = n - begin > chunk ? begin + chunk : n;
+      Dv lo(0.0), hi(0.0);
+      std::int32_t i = begin;
+      for (; i + 2 * W <= end; i += 2 * W) {  // pairs of vectors: one float add, then widen
+        const B w = vec(i) + vec(i + W);
+        if (xsimd::any(w != B(0.0f))) logits_detail::widen_add<Arch>(w, lo, hi);
+      }
+      for (; i + W <= end; i += W) logits_detail::widen_add<Arch>(vec(i), lo, hi);
+      double s = logits_detail::lane_total<Arch>(lo, hi);
+      for (; i < end; ++i) s += one(i);
+      if (skip >= begin && skip < end) s = std::max(0.0, s - double(value_for_skip(vec, skip)));
+      sums[chunks] = s;
+      total += s;
+    }
+    if (!(total > 0.0)) return {-1, true};
+    const double threshold = static_cast<double>(u) * total;
+    double before = 0.0;
+    std::int32_t c = 0;
+    while (c + 1 < chunks && !(before + sums[c] > threshold)) before += sums[c++];
+    const std::int32_t begin = c * chunk, end = std::min(n, begin + chunk);
+    std::int32_t last_positive = -1;
+    // The ordered rescan, on weights computed a vector at a time (the same bits as one(i)).
+    alignas(64) float block[W];
+    for (std::int32_t i = begin; i < end; i += W) {
+      const bool full = i + W <= end && (skip < i || skip >= i + W);
+      if (full) {
+        const B w = vec(i);
+        if (!xsimd::any(w > B(0.0f))) continue;
+        w.store_aligned(block);
+      }
+      for (std::int32_t l = 0; l < W && i + l < end; ++l) {
+        const double wi = full ? block[l] : one(i + l);
+        if (wi > 0.0) {
+          before += wi;
+          last_positive = i + l;
+          if (before > threshold) return {i + l, true};
+        }
+      }
+    }
+    // As cpu::draw: lane sums and the ordered rescan round apart in the last bits.
+    for (std::int32_t i = begin - 1; last_positive < 0 && i >= 0; --i) {
+      if (one(i) > 0.0f) last_positive = i;
+    }
+    return {last_positive, true};
+  }
+
+  /// The weight the vector pass counted at `skip` (its lane of the vector holding it).
+  template <class Vec>
+  float value_for_skip(Vec vec, std::int32_t skip) const {
+    using B = logits_detail::F<Arch>;
+    constexpr std::int32_t W = B::size;
+    const std::int32_t start = skip / W * W;
+    if (start + W > n) return 0.0f;  // in the scalar tail, which never counted it
+    alignas(64) float lanes[W];
+    vec(start).store_aligned(lanes);
+    return lanes[skip - start];
+  }
+};
+
+template <class Arch>
+Checked<std::int32_t> LogitRows<Arch>::gumbel_argmax(const View& p, std::uint64_t seed,
+                                                     std::int64_t position) const {
+  if (!p.ok) return {-1, false};
+  if (!p.has_mass() || p.greedy) return {p.argmax, true};
+  std::uint32_t words[4];
+  std::uint32_t cached = 0xffffffffu;
+  const auto key = [&](std::int32_t i, float a) {
+    const auto block = static_cast<std::uint32_t>(i) >> 2;
+    if (block != cached) {
+      core::gumbel_words(seed, position, block, words);
+      cached = block;
+    }
+    return double(a) + core::gumbel(words[i & 3]);
+  };
+  std::int32_t best = p.argmax;
+  double best_key = key(best, 0.0f);
+  using B = logits_detail::F<Arch>;
+  constexpr std::int32_t W = B::size;
+  const std::int32_t rows = p.row.n;
+  const auto consider = [&](std::int32_t i, float g) {
+    if (!(g >= p.threshold)) return;
+    const float a = core::weight_argument(g, p.max, p.inv_temperature);
+    if (double(a) + core::kGumbelMax < best_key) return;  // cannot reach the best key
+    const double k = key(i, a);
+    if (k > best_key || (k == best_key && i < best)) {
+      best_key = k;
+      best = i;
+    }
+  };
+  logits_detail::FB<Arch> ok(true);
+  std::int32_t i = 0;
+  for (; i + W <= rows; i += W) {
+    const B g = logits_detail::load_g<Arch, false>(p.row, i, ok);
+    // a + kGumbelMax >= best_key  <=>  g >= max + (best_key - kGumbelMax) T, with slack for rounding.
+    const B a = (g - B(p.max)) * B(p.inv_temperature);
+    if (!xsimd::any((g >= B(p.threshold)) & (a >= B(static_cast<float>(best_key - core::kGumbelMax - 1e-3))))) {
+      continue;
+    }
+    alignas(64) float lanes[W];
+    g.store_aligned(lanes);
+    for (std::int32_t l = 0; l < W; ++l) consider(i + l, lanes[l]);
+  }
+  for (; i < rows; ++i) consider(i, core::processed_logit(p.row, i).g);
+  return {best, true};
+}
+
+/// Gumbel-max over a probability row (weights p as given): argmax over p > 0 of
+/// log p(v) + Gumbel(seed, position, v), lowest index on ties; -1 without mass; ok = false on a
+/// NaN, infinite or negative value.
+template <class Arch = DefaultArch>
+Checked<std::int32_t> gumbel_argmax(const float* p, std::int32_t n, std::uint64_t seed,
+                                    std::int64_t position) {
+  std::int32_t best = -1;
+  double best_key = -HUGE_VAL;
+  float floor_p = 0.0f;  // p below this cannot reach best_key: exp(best_key - kGumbelMax)
+  bool ok = true;
+  std::uint32_t words[4];
+  std::uint32_t cached = 0xffffffffu;
+  for (std::int32_t i = 0; i < n; ++i) {
+    const float v = p[i];
+    ok = ok && valid_probability(v);
+    if (!(v > floor_p) || !(v <= FLT_MAX)) continue;
+    const auto block = static_cast<std::uint32_t>(i) >> 2;
+    if (block != cached) {
+      core::gumbel_words(seed, position, block, words);
+      cached = block;
+    }
+    const double k = std::log(double(v)) + core::gumbel(words[i & 3]);
+    if (k > best_key) {
+      best_key = k;
+      best = i;
+      floor_p = static_cast<float>(std::exp(best_key - core::kGumbelMax) * (1.0 - 1e-6));
+    }
+  }
+  return {ok ? best : -1, ok};
+}
+
+}  // namespace specverify::cpu
