@@ -33,6 +33,7 @@ enum class Draw {
   residual,  // from max(p - q, 0); from p where that has zero mass (lossless rejection sampling)
   target,    // from p
   argmax,    // argmax p, lowest index on ties
+  coupled,   // the Gumbel-max sample keyed by (seed, position, token): sample() of the row
 };
 
 /// Divergences D(p, q) for FSD-style rules, natural log (API.md "Divergence").
@@ -70,6 +71,7 @@ struct Position {
   std::int32_t p_argmax = 0;
   float entropy = 0;
   float divergence = 0;
+  std::int32_t coupled = -1;  // a Draw::coupled rule's sample of this row (see sample())
 };
 
 /// A rule's answer. `relaxed` marks an acceptance the lossless test would not have given;

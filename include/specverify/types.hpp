@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "specverify/sampling.hpp"
+
 namespace specverify {
 
 inline constexpr std::int32_t kNoToken = -1;
@@ -83,6 +85,53 @@ struct VerifyStats {
   std::int64_t accepted = 0;        // sum of n_b
   std::int64_t relaxed = 0;         // accepted only through a lossy path
   std::int64_t target_checked = 0;  // positions whose decision consulted p
+};
+
+/// A batch of draft chains whose rows are logits: verify applies each sequence's sampling
+/// parameters itself (API.md "Logits and sampling parameters"), without writing probability rows.
+/// Rows are laid out as ChainBatch's; the optional fields are independent of one another.
+template <class Logit = float>
+struct LogitsChainBatch {
+  std::int32_t batch_size = 0;
+  std::int32_t vocab_size = 0;                    // V of the target
+  const std::int32_t* draft_offsets{};
+  const std::int32_t* draft_tokens{};             // target vocabulary ids
+  const Logit* target_logits{};
+  const Logit* draft_logits{};                    // nullptr: one-hot drafts
+  std::int64_t target_stride = 0;                 // 0 means vocab_size
+  std::int64_t draft_stride = 0;                  // 0 means the draft vocabulary size
+  const SamplingParams* target_params{};          // [B] (required)
+  const SamplingParams* draft_params{};           // [B] what the drafter sampled with; nullptr: the target's
+  std::int32_t draft_vocab_size = 0;              // reduced draft vocabulary: 0 = the target's
+  const std::int32_t* draft_to_target{};          // [draft_vocab_size]: injective into [0, V)
+  const Logit* unconditional_logits{};            // classifier-free guidance companion rows
+  std::int64_t unconditional_stride = 0;          // 0 means vocab_size
+  const std::int64_t* unconditional_first_row{};  // [B]: first of sequence b's k_b + 1 rows, -1 = none
+  const float* guidance_scale{};                  // [B]: s_b (finite)
+  const std::uint32_t* allowed_tokens{};          // [target rows][ceil(V / 32)] grammar bitmask
+};
+
+/// TreeBatch with rows of logits and LogitsChainBatch's parameters (rows laid out as TreeBatch's).
+template <class Logit = float>
+struct LogitsTreeBatch {
+  std::int32_t batch_size = 0;
+  std::int32_t vocab_size = 0;
+  const std::int32_t* node_offsets{};
+  const std::int32_t* parents{};
+  const std::int32_t* draft_tokens{};
+  const Logit* target_logits{};
+  const Logit* draft_logits{};                    // nullptr when deterministic
+  std::int64_t target_stride = 0, draft_stride = 0;
+  Drafted drafted = Drafted::sampled;
+  const SamplingParams* target_params{};
+  const SamplingParams* draft_params{};
+  std::int32_t draft_vocab_size = 0;
+  const std::int32_t* draft_to_target{};
+  const Logit* unconditional_logits{};
+  std::int64_t unconditional_stride = 0;
+  const std::int64_t* unconditional_first_row{};
+  const float* guidance_scale{};
+  const std::uint32_t* allowed_tokens{};
 };
 
 /// Bad input. Thrown before any output is written; the message names sequence, position and value.

@@ -12,17 +12,16 @@ namespace specverify::core {
 struct ChainLayout {
   const std::int32_t* offsets{};
   const std::int32_t* tokens{};
-  bool one_hot = false;  // no draft rows: q is one-hot on the drafted token
 
   static constexpr const char* kNodeName = "position";
 
   template <class Batch>
   SPECVERIFY_HD static ChainLayout of(const Batch& batch) {
-    return {batch.draft_offsets, batch.draft_tokens, batch.draft_probs == nullptr};
+    return {batch.draft_offsets, batch.draft_tokens};
   }
 
-  /// Drafts of a chain are tested like sampled children; one-hot drafts carry no q row.
-  SPECVERIFY_HD Drafted drafted() const { return one_hot ? Drafted::deterministic : Drafted::sampled; }
+  /// Drafts of a chain are tested like sampled children (one-hot drafts: the source has no q).
+  SPECVERIFY_HD Drafted drafted() const { return Drafted::sampled; }
   /// Global index of sequence b's node 0 (the index into draft_tokens and per-draft inputs).
   SPECVERIFY_HD std::int32_t first(std::int32_t b) const { return offsets[b]; }
   SPECVERIFY_HD std::int32_t count(std::int32_t b) const { return offsets[b + 1] - offsets[b]; }

@@ -128,6 +128,12 @@ struct LogitView {
   SPECVERIFY_HD bool has_mass() const { return argmax >= 0; }
 };
 
+/// Whether the pre-pass read only valid logits (core::walk checks each view it opens).
+template <class Logit>
+SPECVERIFY_HD bool view_ok(const LogitView<Logit>& view) {
+  return view.ok;
+}
+
 /// One element of the row: its processed logit g, and whether the inputs were valid (l and u not
 /// NaN or +inf, and a guided value that did not overflow). -inf inputs are masked tokens.
 struct Processed {

@@ -89,6 +89,21 @@ SPECVERIFY_HD inline bool valid_probability_value(float v) {
   return v >= 0.0f && v <= 3.402823466e+38f;
 }
 
+/// Whether a row's pre-pass read only valid values; a probability row is checked as it is read.
+/// (A logits view says so itself: core/logit_rows.hpp.)
+template <class T>
+SPECVERIFY_HD bool view_ok(const T*) {
+  return true;
+}
+
+/// The seed and position that key sequence b's coupled sample at depth j (API.md "Coupled").
+SPECVERIFY_HD inline std::uint64_t coupled_seed(const Randomness& r, std::int32_t b) {
+  return r.sequence_seeds ? r.sequence_seeds[b] : r.seed;
+}
+SPECVERIFY_HD inline std::int64_t coupled_position(const Randomness& r, std::int32_t b, std::int32_t depth) {
+  return r.positions[b] + depth;
+}
+
 namespace detail {
 
 SPECVERIFY_HD inline WalkResult& fail(WalkResult& r, FaultKind kind, std::int32_t depth,
@@ -171,6 +186,7 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
   const Drafted drafted = layout.drafted();
   const bool has_q = source.has_draft() && drafted != Drafted::deterministic;
   constexpr bool kResidual = traits::on_reject == Draw::residual;
+  constexpr bool kCoupled = traits::on_reject == Draw::coupled;
 
   std::int32_t node = -1;  // the root
   for (std::int32_t depth = 0;; ++depth) {
@@ -178,9 +194,16 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
     const View p = rows.open(source.target_row(b, p_row));
     std::int32_t c = layout.child(b, node, -1);
     if (c >= limit) c = -1;
+    if (!view_ok(p)) return detail::fail(r, FaultKind::bad_value, depth, c >= 0 ? c : node, p_row, -1);
     if (c < 0) {  // every draft on the path passed: the bonus token
-      auto token = traits::on_bonus == Draw::argmax ? rows.argmax(p) : rows.draw_target(p, sample_uniform(randomness, b));
-      detail::take(r, token, depth, node, p_row, -1);
+      if constexpr (traits::on_bonus == Draw::coupled) {
+        const auto token = rows.gumbel_argmax(p, coupled_seed(randomness, b), coupled_position(randomness, b, depth));
+        detail::take(r, token, depth, node, p_row, -1);
+      } else {
+        const auto token = traits::on_bonus == Draw::argmax ? rows.argmax(p)
+                                                             : rows.draw_target(p, sample_uniform(randomness, b));
+        detail::take(r, token, depth, node, p_row, -1);
+      }
       if (logprobs && r.extra >= 0) logprobs[depth] = detail::log_p(rows, p, r.extra);
       return r;
     }
@@ -190,9 +213,18 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
     residual.p = p;
     residual.has_q = has_q;
     residual.drafted = drafted;
-    if (has_q) residual.q = rows.open(source.draft_row(b, q_row));
+    if (has_q) {
+      residual.q = rows.open(source.draft_row(b, q_row));
+      if (!view_ok(residual.q)) return detail::fail(r, FaultKind::bad_value, depth, c, -1, q_row);
+    }
     Position at;
     at.sequence = b;
+    if constexpr (kCoupled) {  // the one sample of this row that every child is compared with
+      const auto s = rows.gumbel_argmax(p, coupled_seed(randomness, b), coupled_position(randomness, b, depth));
+      if (!s.ok) return detail::fail(r, FaultKind::bad_value, depth, c, p_row, -1);
+      if (s.value < 0) return detail::fail(r, FaultKind::target_no_mass, depth, c, p_row, -1);
+      at.coupled = s.value;
+    }
 
     // The children, in index order, against what is left of p.
     bool accepted = false, stats_done = false;
@@ -251,7 +283,9 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
 
     // No child accepted: the extra token.
     const float u = sample_uniform(randomness, b);
-    if (traits::on_reject == Draw::argmax && need.argmax) {
+    if (traits::on_reject == Draw::coupled) {
+      r.extra = at.coupled;
+    } else if (traits::on_reject == Draw::argmax && need.argmax) {
       r.extra = at.p_argmax;  // the statistic already read this row for it
     } else if (traits::on_reject == Draw::argmax) {
       detail::take(r, rows.argmax(p), depth, c, p_row, -1);

@@ -1,10 +1,13 @@
-// The CPU backend's row operations for the core's walk over probability rows (float, xsimd).
+// The CPU backend's row operations for the core's walk: probability rows (float, xsimd), and
+// logits rows opened by their pre-pass (cpu/logit_kernels.hpp).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "specverify/core/residual.hpp"
 #include "specverify/cpu/divergence_kernels.hpp"
+#include "specverify/cpu/logit_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/rule.hpp"
 
@@ -31,9 +34,33 @@ struct Rows {
   Checked<std::int32_t> draw_target(View p, float u) const {
     return cpu::draw<Arch>(Weights::target(p, n), u);
   }
+  Checked<std::int32_t> gumbel_argmax(View p, std::uint64_t seed, std::int64_t position) const {
+    return cpu::gumbel_argmax<Arch>(p, n, seed, position);
+  }
 
   // A tree node's residual after rejected siblings: element by element in double, in index order
   // (siblings are few, and these passes rare next to the chain's one residual draw).
+  Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
+    const auto m = core::residual_mass(*this, r, x);
+    return {m.value, m.ok};
+  }
+  Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
+    const auto t = core::residual_draw(*this, r, x, u);
+    return {t.value, t.ok};
+  }
+};
+
+/// Row operations over logits rows: the pre-pass on open() into one row of scratch, reused for
+/// every row the thread opens; the rest is LogitRows.
+template <class Arch = DefaultArch>
+struct OpenedLogitRows : LogitRows<Arch> {
+  using View = LogitView<float>;
+  std::vector<float> scratch;
+
+  OpenedLogitRows(std::int32_t vocab_size, std::int32_t longest_row)
+      : LogitRows<Arch>{vocab_size}, scratch(static_cast<std::size_t>(longest_row)) {}
+
+  View open(const core::LogitRow<float>& row) { return prepare<Arch>(row, scratch.data()); }
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
     const auto m = core::residual_mass(*this, r, x);
     return {m.value, m.ok};

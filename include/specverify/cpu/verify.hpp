@@ -13,7 +13,9 @@
 #include "specverify/core/output.hpp"
 #include "specverify/core/prob_source.hpp"
 #include "specverify/core/tree_layout.hpp"
+#include "specverify/core/logit_source.hpp"
 #include "specverify/core/validate.hpp"
+#include "specverify/core/validate_logits.hpp"
 #include "specverify/core/walk.hpp"
 #include "specverify/cpu/rows.hpp"
 #include "specverify/types.hpp"
@@ -40,11 +42,14 @@ inline std::int32_t thread_count(std::int32_t batch_size, std::int64_t row_reads
       1, std::min({allowed, useful, std::int64_t{batch_size}})));
 }
 
-template <class Body>
-void parallel_for(std::int32_t count, std::int32_t threads, const Body& body) {
+/// Calls body(state, i) for i in [0, count) on `threads` threads; each thread makes its own
+/// state once (a backend's rows with their scratch).
+template <class MakeState, class Body>
+void parallel_for(std::int32_t count, std::int32_t threads, const MakeState& make_state, const Body& body) {
   std::atomic<std::int32_t> next{0};
   const auto work = [&] {
-    for (std::int32_t i = next++; i < count; i = next++) body(i);
+    auto state = make_state();
+    for (std::int32_t i = next++; i < count; i = next++) body(state, i);
   };
   std::vector<std::thread> pool;
   for (std::int32_t t = 1; t < threads; ++t) pool.emplace_back(work);
@@ -52,12 +57,13 @@ void parallel_for(std::int32_t count, std::int32_t threads, const Body& body) {
   for (auto& thread : pool) thread.join();
 }
 
-/// Walks every sequence of a validated batch, reports the lowest faulting sequence, and only then
-/// writes every output. Layout and source say what the batch is; rows do the row work.
-template <class Rule, class Layout, class Source, class MakeRows, class Batch, class Output>
+/// Walks every sequence of a validated batch, reports the lowest faulting sequence (report(fault,
+/// b) throws), and only then writes every output. Layout and source say what the batch is; the
+/// rows each thread makes do the row work.
+template <class Rule, class Layout, class Source, class MakeRows, class Report, class Batch, class Output>
 VerifyStats run(const Rule& rule, const Layout& layout, const Source& source, const Batch& batch,
                 const Randomness& randomness, const Output& output, const CpuOptions& options,
-                const MakeRows& make_rows) {
+                const MakeRows& make_rows, const Report& report) {
   const std::int32_t B = batch.batch_size;
   const core::OutputRows out = core::OutputRows::of(output);
   std::vector<core::WalkResult> results(static_cast<std::size_t>(B));
@@ -66,13 +72,12 @@ VerifyStats run(const Rule& rule, const Layout& layout, const Source& source, co
   std::int64_t row_reads = B;
   for (std::int32_t b = 0; per_node && b < B; ++b) row_reads += layout.count(b);
   const std::int32_t threads = thread_count(B, row_reads, batch.vocab_size, options.max_threads);
-  parallel_for(B, threads, [&](std::int32_t b) {
-    auto rows = make_rows();
+  parallel_for(B, threads, make_rows, [&](auto& rows, std::int32_t b) {
     float* stage = staged.empty() ? nullptr : staged.data() + std::size_t(b) * out.row_width;
     results[b] = core::walk(rule, layout, source, randomness, b, rows, stage);
   });
   for (std::int32_t b = 0; b < B; ++b) {
-    if (results[b].fault.kind != core::FaultKind::none) core::report<Layout>(results[b].fault, b, batch);
+    if (results[b].fault.kind != core::FaultKind::none) report(results[b].fault, b);
   }
   VerifyStats total;
   for (std::int32_t b = 0; b < B; ++b) {
@@ -98,7 +103,8 @@ VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Rando
   core::validate(rule, batch, randomness, out);
   if (batch.batch_size == 0) return {};
   return cpu::detail::run(rule, core::ChainLayout::of(batch), core::ProbSource<float>::of(batch), batch,
-                          randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; });
+                          randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; },
+                          [&](const core::Fault& f, std::int32_t b) { core::report<core::ChainLayout>(f, b, batch); });
 }
 
 template <class Rule>
@@ -123,11 +129,68 @@ VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Random
   core::validate(rule, batch, randomness, out);
   if (batch.batch_size == 0) return {};
   return cpu::detail::run(rule, core::TreeLayout::of(batch), core::ProbSource<float>::of(batch), batch,
-                          randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; });
+                          randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; },
+                          [&](const core::Fault& f, std::int32_t b) { core::report<core::TreeLayout>(f, b, batch); });
 }
 
 template <class Rule>
 VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Randomness& randomness,
+                   const TreeOutput& out) {
+  return verify(rule, batch, randomness, out, CpuOptions{});
+}
+
+namespace cpu::detail {
+
+/// verify() over a batch of logits with either layout: validation, the logits source over the
+/// inverted draft map, and rows that run each row's pre-pass into one row of scratch per thread.
+template <class Layout, class Rule, class Batch, class Output>
+VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Randomness& randomness,
+                          const Output& out, const CpuOptions& options) {
+  std::vector<std::int32_t> target_to_draft;
+  core::validate(rule, batch, randomness, out, target_to_draft);
+  if (batch.batch_size == 0) return {};
+  const auto source = core::LogitSource<float>::of(batch, Layout::of(batch).offsets,
+                                                   target_to_draft.empty() ? nullptr : target_to_draft.data());
+  const std::int32_t longest = std::max(batch.vocab_size, source.draft_vocab_size);
+  return run(rule, Layout::of(batch), source, batch, randomness, out, options,
+             [&] { return OpenedLogitRows<>{batch.vocab_size, longest}; },
+             [&](const core::Fault& f, std::int32_t b) { core::report_logits<Layout>(f, b, batch, source); });
+}
+
+}  // namespace cpu::detail
+
+/// Verifies a batch of draft chains given as logits: each sequence's sampling parameters (and
+/// guidance, bitmask, reduced draft vocabulary) are applied on the fly, row by row, exactly as
+/// API.md's seven steps say; no probability row is written anywhere.
+///
+///   specverify::SamplingParams params[B];                   // per sequence: temperature, top_k, ...
+///   specverify::LogitsChainBatch<float> batch{B, V, offsets, drafts, target_logits, draft_logits};
+///   batch.target_params = params;                           // draft_params: what the drafter used
+///   auto stats = specverify::verify(specverify::Standard{}, batch, {seed, step}, out);
+template <class Rule>
+VerifyStats verify(const Rule& rule, const LogitsChainBatch<float>& batch, const Randomness& randomness,
+                   const ChainOutput& out, const CpuOptions& options) {
+  return cpu::detail::verify_logits<core::ChainLayout>(rule, batch, randomness, out, options);
+}
+
+template <class Rule>
+VerifyStats verify(const Rule& rule, const LogitsChainBatch<float>& batch, const Randomness& randomness,
+                   const ChainOutput& out) {
+  return verify(rule, batch, randomness, out, CpuOptions{});
+}
+
+/// Verifies a batch of draft trees given as logits (LogitsChainBatch's parameters, TreeBatch's
+/// layout).
+template <class Rule>
+VerifyStats verify(const Rule& rule, const LogitsTreeBatch<float>& batch, const Randomness& randomness,
+                   const TreeOutput& out, const CpuOptions& options) {
+  static_assert(!specverify::detail::has_cut<Rule>::value,
+                "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
+  return cpu::detail::verify_logits<core::TreeLayout>(rule, batch, randomness, out, options);
+}
+
+template <class Rule>
+VerifyStats verify(const Rule& rule, const LogitsTreeBatch<float>& batch, const Randomness& randomness,
                    const TreeOutput& out) {
   return verify(rule, batch, randomness, out, CpuOptions{});
 }

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
   core::WalkResult r;  // zero counts for the threads past the batch
   if (b < batch_size) {
     r = records[b].result;
-    const core::ChainLayout layout{offsets, draft_tokens, false};
+    const core::ChainLayout layout{offsets, draft_tokens};
     core::write_sequence(layout, static_cast<std::int32_t>(b), r, core::OutputRows::of(out), nullptr);
   }
   const long long drafted = warp_sum(r.drafted), accepted = warp_sum(r.accepted);

@@ -1,0 +1,160 @@
+// Host-side validation of the logits batches: what ChainBatch / TreeBatch validation checks, plus
+// each sequence's sampling parameters, the reduced draft vocabulary's map, the guidance rows, and
+// the messages for a bad logit a row's pre-pass found.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <vector>
+
+#include "specverify/core/logit_rows.hpp"
+#include "specverify/core/logit_source.hpp"
+#include "specverify/core/validate.hpp"
+#include "specverify/sampling.hpp"
+#include "specverify/types.hpp"
+
+namespace specverify::core {
+
+namespace detail {
+
+/// Rules that draw the coupled sample key it by Randomness::positions.
+template <class Rule>
+void check_positions(const Randomness& randomness) {
+  if (rule_traits<Rule>::on_reject == Draw::coupled && !randomness.positions) {
+    reject("randomness.positions is null (Coupled keys its samples by position)");
+  }
+}
+
+/// Sampling parameters, the draft map (inverting it into target_to_draft) and guidance, for any
+/// logits batch. Runs after the layout's own validation.
+template <class Batch>
+void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<std::int32_t>& target_to_draft) {
+  const std::int32_t B = batch.batch_size;
+  if (!batch.target_params) reject("target_params is null");
+  for (std::int32_t b = 0; b < B; ++b) {
+    for (const bool draft : {false, true}) {
+      if (draft && !batch.draft_params) break;
+      const SamplingParams& params = draft ? batch.draft_params[b] : batch.target_params[b];
+      if (const Problem problem = check_sampling_params(params)) {
+        reject("sequence ", b, ": ", draft ? "draft_params." : "target_params.", problem.what, " = ",
+               problem.value, " is out of range");
+      }
+    }
+  }
+  if (batch.draft_vocab_size < 0) reject("draft_vocab_size = ", batch.draft_vocab_size, " must be >= 0");
+  const std::int64_t draft_v = batch.draft_vocab_size > 0 ? batch.draft_vocab_size : batch.vocab_size;
+  if (batch.draft_stride != 0 && batch.draft_stride < draft_v) {
+    reject("draft_stride = ", batch.draft_stride, " must be 0 or at least the draft vocabulary size = ", draft_v);
+  }
+  const std::int64_t s = batch.draft_stride ? batch.draft_stride : draft_v;
+  if (rows_per_batch > 0 && s > (std::numeric_limits<std::int64_t>::max() - draft_v) / rows_per_batch) {
+    reject("draft_stride = ", s, " times ", rows_per_batch, " rows overflows the address range");
+  }
+  target_to_draft.clear();
+  if (batch.draft_vocab_size > 0) {
+    if (!batch.draft_to_target) reject("draft_to_target is null (draft_vocab_size = ", batch.draft_vocab_size, ")");
+    target_to_draft.resize(static_cast<std::size_t>(batch.vocab_size));
+    if (const DraftMapFault f = build_target_to_draft(batch.draft_to_target, batch.draft_vocab_size,
+                                                      batch.vocab_size, target_to_draft.data())) {
+      reject("draft_to_target[", f.entry, "] = ", f.value, ": ", f.what);
+    }
+  }
+  if (batch.unconditional_logits) {
+    if (!batch.unconditional_first_row) reject("unconditional_first_row is null (guidance rows are given)");
+    if (!batch.guidance_scale) reject("guidance_scale is null (guidance rows are given)");
+    check_stride("unconditional_stride", batch.unconditional_stride, 0, batch);
+    for (std::int32_t b = 0; b < B; ++b) {
+      const std::int64_t first = batch.unconditional_first_row[b];
+      if (first < -1) reject("sequence ", b, ": unconditional_first_row = ", first, " must be -1 or a row");
+      if (first >= 0 && !std::isfinite(batch.guidance_scale[b])) {
+        reject("sequence ", b, ": guidance_scale = ", batch.guidance_scale[b], " must be finite");
+      }
+    }
+  }
+}
+
+/// The first logit at row index i..n of a row its pre-pass found bad (NaN or +inf, or a guided
+/// value that overflows), and its value.
+template <class Logit>
+std::int32_t first_bad_logit(const LogitRow<Logit>& row, float& value) {
+  for (std::int32_t i = 0; i < row.n; ++i) {
+    if (!processed_logit(row, i).valid) {
+      value = static_cast<float>(row.logits[i]);
+      return i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace detail
+
+/// Throws invalid_input for anything wrong with a chain batch of logits. `target_to_draft`
+/// receives the inverse of draft_to_target when the draft vocabulary is reduced.
+template <class Rule, class Logit>
+void validate(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
+              const ChainOutput& out, std::vector<std::int32_t>& target_to_draft) {
+  if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
+  ChainBatch<Logit> shape;  // offsets, tokens, uniforms, rule inputs, output, target stride
+  shape.batch_size = batch.batch_size;
+  shape.vocab_size = batch.vocab_size;
+  shape.draft_offsets = batch.draft_offsets;
+  shape.draft_tokens = batch.draft_tokens;
+  shape.target_probs = batch.target_logits;
+  shape.target_stride = batch.target_stride;
+  validate(rule, shape, randomness, out);
+  detail::check_positions<Rule>(randomness);
+  if (batch.batch_size == 0) return;
+  detail::check_logits(batch, batch.draft_offsets[batch.batch_size], target_to_draft);
+}
+
+/// Throws invalid_input for anything wrong with a tree batch of logits.
+template <class Rule, class Logit>
+void validate(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
+              const TreeOutput& out, std::vector<std::int32_t>& target_to_draft) {
+  if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
+  TreeBatch<Logit> shape;
+  shape.batch_size = batch.batch_size;
+  shape.vocab_size = batch.vocab_size;
+  shape.node_offsets = batch.node_offsets;
+  shape.parents = batch.parents;
+  shape.draft_tokens = batch.draft_tokens;
+  shape.target_probs = batch.target_logits;
+  shape.draft_probs = batch.draft_logits;
+  shape.target_stride = batch.target_stride;
+  shape.drafted = batch.drafted;
+  validate(rule, shape, randomness, out);
+  detail::check_positions<Rule>(randomness);
+  if (batch.batch_size == 0) return;
+  detail::check_logits(batch, std::int64_t{batch.node_offsets[batch.batch_size]} + batch.batch_size,
+                       target_to_draft);
+}
+
+/// Throws the invalid_input describing what walking sequence b of a logits batch found.
+template <class Layout, class Batch>
+[[noreturn]] void report_logits(const Fault& fault, std::int32_t b, const Batch& batch,
+                                const LogitSource<std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_logits)>>>& source) {
+  std::ostringstream where;
+  where << "sequence " << b << ", ";
+  if (std::is_same_v<Layout, ChainLayout> || fault.node >= 0) {
+    where << Layout::kNodeName << " " << (std::is_same_v<Layout, ChainLayout> ? fault.position : fault.node);
+  } else {
+    where << "root";
+  }
+  if (fault.kind == FaultKind::bad_value) {
+    const bool draft = fault.target_row < 0;
+    const std::int64_t row = draft ? fault.draft_row : fault.target_row;
+    float value = 0;
+    const std::int32_t at =
+        detail::first_bad_logit(draft ? source.draft_row(b, row) : source.target_row(b, row), value);
+    detail::reject(where.str(), ": ", draft ? "draft" : "target", " logits row ", row, " holds ", value,
+                   " at index ", at, " (logits must not be NaN or +inf, nor guidance overflow)");
+  }
+  if (fault.kind == FaultKind::target_no_mass) {
+    detail::reject(where.str(), ": target logits row ", fault.target_row,
+                   " keeps no token (every logit masked or -inf) but must be read");
+  }
+  report<Layout>(fault, b, ChainBatch<float>{});  // messages that name no row value
+}
+
+}  // namespace specverify::core
