@@ -124,6 +124,11 @@ struct LogitView {
   float threshold = 0;             // kept(v) <=> g(v) >= threshold (always finite)
   double norm = 0;                 // sum of w over kept tokens (1 for greedy rows)
   float inv_norm = 0;              // float(1 / norm)
+  // Small kept sets (top_k, top_p) are listed: their row indices in increasing order, so draws
+  // and sums visit those tokens alone. listed = -1: the kept set is not listed.
+  static constexpr std::int32_t kMaxListed = 256;
+  std::int32_t listed = -1;
+  std::int32_t kept[kMaxListed];
 
   SPECVERIFY_HD bool has_mass() const { return argmax >= 0; }
 };

@@ -269,7 +269,7 @@ struct Scan {
   std::int32_t collected = 0;
 };
 
-inline constexpr std::int32_t kCompactAt = 1024;
+inline constexpr std::int32_t kCompactAt = 256;
 
 template <class Arch>
 Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scratch) {
@@ -467,6 +467,30 @@ void finish_on_candidates(LogitView<float>& view, const float* c, std::int32_t m
   view.norm = candidate_mass<Arch>(c, m, view.threshold, view.max, view.inv_temperature);
 }
 
+/// Lists the kept row indices (at most View::kMaxListed of them) in increasing order: one more
+/// pass over the cache-hot row.
+template <class Arch>
+void list_kept(LogitView<float>& view) {
+  using B = F<Arch>;
+  constexpr std::int32_t W = B::size;
+  const LogitRow<float>& row = view.row;
+  FB<Arch> unused(true);
+  std::int32_t count = 0;
+  const auto add = [&](std::int32_t i, float g) {
+    if (g >= view.threshold && count < LogitView<float>::kMaxListed) view.kept[count++] = i;
+  };
+  std::int32_t i = 0;
+  for (; i + W <= row.n; i += W) {
+    const B g = load_g<Arch, false>(row, i, unused);
+    if (!xsimd::any(g >= B(view.threshold))) continue;
+    alignas(64) float lanes[W];
+    g.store_aligned(lanes);
+    for (std::int32_t l = 0; l < W; ++l) add(i + l, lanes[l]);
+  }
+  for (; i < row.n; ++i) add(i, core::processed_logit(row, i).g);
+  view.listed = count;
+}
+
 }  // namespace logits_detail
 
 /// The pre-pass: a view of `row` with its sampling parameters applied (API.md's seven steps).
@@ -476,7 +500,8 @@ void finish_on_candidates(LogitView<float>& view, const float* c, std::int32_t m
 template <class Arch = DefaultArch>
 LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   namespace d = logits_detail;
-  LogitView<float> view;
+  using View = LogitView<float>;
+  View view;
   view.row = row;
   const SamplingParams& params = row.params;
   view.greedy = params.temperature == 0.0f;
@@ -517,6 +542,9 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   }
   d::finish_on_candidates<Arch>(view, scratch, m);
   view.inv_norm = static_cast<float>(1.0 / view.norm);
+  if (std::count_if(scratch, scratch + m, [&](float g) { return g >= view.threshold; }) <= View::kMaxListed) {
+    d::list_kept<Arch>(view);
+  }
   return view;
 }
 
@@ -542,6 +570,10 @@ struct LogitRows {
   Checked<float> entropy(const View& p) const {
     if (p.greedy || !p.has_mass()) return {0.0f, p.ok};
     double h = 0.0;
+    if (p.listed >= 0 && !p.row.target_to_draft) {
+      for (std::int32_t k = 0; k < p.listed; ++k) h += core::entropy_term(value(p, p.kept[k]));
+      return {static_cast<float>(h), p.ok};
+    }
     bool ok = p.ok;
     for_chunks(p, nullptr, [&](const float* pc, const float*, std::int32_t len) {
       const Checked<float> c = row_entropy<Arch>(pc, len);
@@ -581,6 +613,11 @@ struct LogitRows {
       const float qa = q ? value(*q, p.argmax) : (p.argmax == x ? 1.0f : 0.0f);
       return {1.0f - qa > 0.0f ? p.argmax : -1, true};
     }
+    if (p.listed >= 0 && !p.row.target_to_draft) {  // the residual is 0 off p's kept tokens
+      return draw_listed(p, [&](std::int32_t v) {
+        return q ? std::max(value(p, v) - value(*q, v), 0.0f) : (v == x ? 0.0f : value(p, v));
+      }, u);
+    }
     if (!q) {
       return draw_weights(
           [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
@@ -600,6 +637,9 @@ struct LogitRows {
     if (!p.ok) return {-1, false};
     if (!p.has_mass()) return {-1, true};
     if (p.greedy) return {p.argmax, true};
+    if (p.listed >= 0 && !p.row.target_to_draft) {
+      return draw_listed(p, [&](std::int32_t v) { return value(p, v); }, u);
+    }
     return draw_weights([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
                         [&](std::int32_t v) { return value(p, v); }, -1, u);
   }
@@ -697,6 +737,27 @@ struct LogitRows {
     return {last_positive, true};
   }
 
+  /// The draw over a listed view's kept tokens, whose weights `one` gives (0 elsewhere): the same
+  /// definition, with the sum taken in index order.
+  template <class One>
+  Checked<std::int32_t> draw_listed(const View& p, One one, float u) const {
+    double total = 0.0;
+    for (std::int32_t k = 0; k < p.listed; ++k) total += one(p.kept[k]);
+    if (!(total > 0.0)) return {-1, true};
+    const double threshold = static_cast<double>(u) * total;
+    double before = 0.0;
+    std::int32_t last_positive = -1;
+    for (std::int32_t k = 0; k < p.listed; ++k) {
+      const double w = one(p.kept[k]);
+      if (w > 0.0) {
+        before += w;
+        last_positive = p.kept[k];
+        if (before > threshold) return {last_positive, true};
+      }
+    }
+    return {last_positive, true};  // u * total rounded above the ordered sum
+  }
+
   /// The weight the vector pass counted at `skip` (its lane of the vector holding it).
   template <class Vec>
   float value_for_skip(Vec vec, std::int32_t skip) const {
@@ -740,6 +801,10 @@ Checked<std::int32_t> LogitRows<Arch>::gumbel_argmax(const View& p, std::uint64_
       best = i;
     }
   };
+  if (p.listed >= 0) {
+    for (std::int32_t k = 0; k < p.listed; ++k) consider(p.kept[k], core::processed_logit(p.row, p.kept[k]).g);
+    return {best, true};
+  }
   logits_detail::FB<Arch> ok(true);
   std::int32_t i = 0;
   for (; i + W <= rows; i += W) {
