@@ -9,7 +9,7 @@
 //
 // Pre-pass cost (the kept set is found without sorting the row):
 //   greedy (T = 0):               one read: max, argmax, validation.
-//   no top_k / top_p / min_p:     that read, then the sum of weights over the (cache-hot) row.
+//   no top_k / top_p / min_p:     one read that also sums the weights (online, see online_scan).
 //   min_p alone:                  that read, then one pass summing the weights w >= min_p.
 //   top_k (with or without top_p, min_p): the read also collects candidates into scratch by a
 //       streaming selection with a rising pivot (see scan): about k ln(n / 1024) values beyond
@@ -137,18 +137,26 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> exp_weight(const F<Arch>& a) {
 
 /// Float lanes as two double vectors (low half, high half).
 template <class Arch>
-SPECVERIFY_ALWAYS_INLINE void widen_add(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
+SPECVERIFY_ALWAYS_INLINE void widen(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
 #if XSIMD_WITH_AVX512DQ
   if constexpr (std::is_base_of<xsimd::avx512dq, Arch>::value) {
-    lo += D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 0)));
-    hi += D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
+    lo = D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 0)));
+    hi = D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
     return;
   }
 #endif
   alignas(64) float lanes[F<Arch>::size];
   v.store_aligned(lanes);
-  lo += D<Arch>::load_aligned(lanes);
-  hi += D<Arch>::load_aligned(lanes + D<Arch>::size);
+  lo = D<Arch>::load_aligned(lanes);
+  hi = D<Arch>::load_aligned(lanes + D<Arch>::size);
+}
+
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE void widen_add(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
+  D<Arch> a, b;
+  widen<Arch>(v, a, b);
+  lo += a;
+  hi += b;
 }
 
 template <class Arch>
@@ -347,36 +355,69 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
   return r;
 }
 
-/// Sum of the weights of every kept token (g >= threshold) over the row.
+/// The read and the normaliser in one pass, for rows that keep every finite value (no top_k,
+/// top_p or min_p): each lane sums exp((g - m) / T) against its running max m, rescaled by
+/// exp((m_old - m) / T) when m rises (rarely, after the row's start), and the lanes are combined
+/// at the end against the row's max. So the row is read once, and the weights are computed while
+/// it streams in. The sum differs from sum_v w(v) by the roundings of the factorisation
+/// e^(x + y) = e^x e^y, within the bound the normaliser's error is stated with (the weights' own).
 template <class Arch>
-double row_mass(const LogitView<float>& view) {
+Scan online_scan(const LogitRow<float>& row, float inv_temperature, double& norm) {
   using B = F<Arch>;
-  constexpr std::int32_t W = B::size;
-  const LogitRow<float>& row = view.row;
-  FB<Arch> unused(true);
-  D<Arch> lo(0.0), hi(0.0);
-  const B max(view.max), inv_t(view.inv_temperature);
+  using Dv = D<Arch>;
+  constexpr std::int32_t W = B::size, H = Dv::size;
+  const std::int32_t n = row.n;
+  const B inv_t(inv_temperature);
+  B m(-core::kInf);
+  Dv lo(0.0), hi(0.0);
+  FB<Arch> ok(true);
   std::int32_t i = 0;
-  if (view.threshold == -core::kFloatMax) {
-    // Every finite value is kept, and exp_weight gives masked (-inf) lanes 0: no select. Pairs of
-    // vectors are added in float (one rounding) before they widen.
-    for (; i + 2 * W <= row.n; i += 2 * W) {
-      const B g0 = load_g<Arch, false>(row, i, unused), g1 = load_g<Arch, false>(row, i + W, unused);
-      widen_add<Arch>(exp_weight<Arch>((g0 - max) * inv_t) + exp_weight<Arch>((g1 - max) * inv_t), lo, hi);
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const B g0 = load_g<Arch>(row, i, ok), g1 = load_g<Arch>(row, i + W, ok);
+    const B raised = lane_max(m, lane_max(g0, g1));
+    if (xsimd::any(raised > m)) {
+      // Lanes without a finite max yet sum 0, and their factor is 0 (exp_weight of -inf or NaN).
+      Dv f_lo, f_hi;
+      widen<Arch>(exp_weight<Arch>((m - raised) * inv_t), f_lo, f_hi);
+      lo *= f_lo;
+      hi *= f_hi;
+      m = raised;
+    }
+    widen_add<Arch>(exp_weight<Arch>((g0 - m) * inv_t) + exp_weight<Arch>((g1 - m) * inv_t), lo, hi);
+  }
+  alignas(64) float lane_m[W];
+  alignas(64) double lane_s[W];
+  m.store_aligned(lane_m);
+  lo.store_aligned(lane_s);
+  hi.store_aligned(lane_s + H);
+  Scan r;
+  r.ok = xsimd::all(ok);
+  r.max = *std::max_element(lane_m, lane_m + W);
+  const std::int32_t body = i;
+  for (std::int32_t t = i; t < n; ++t) {
+    const core::Processed e = core::processed_logit(row, t);
+    r.ok = r.ok && e.valid;
+    r.max = std::max(r.max, e.g);
+  }
+  if (!r.ok || !(r.max > -core::kInf)) return r;
+  norm = 0.0;
+  for (std::int32_t l = 0; l < W; ++l) {
+    if (lane_s[l] > 0.0) norm += lane_s[l] * core::exp_weight(core::weight_argument(lane_m[l], r.max, inv_temperature));
+  }
+  for (std::int32_t t = body; t < n; ++t) {
+    norm += core::exp_weight(core::weight_argument(core::processed_logit(row, t).g, r.max, inv_temperature));
+  }
+  FB<Arch> unused(true);  // the argmax: the first index holding the max, in the cache-hot row
+  for (i = 0; i + W <= body; i += W) {
+    if (xsimd::any(load_g<Arch, false>(row, i, unused) == B(r.max))) break;
+  }
+  for (; i < n; ++i) {
+    if (core::processed_logit(row, i).g == r.max) {
+      r.argmax = i;
+      break;
     }
   }
-  for (; i + W <= row.n; i += W) {
-    const B g = load_g<Arch, false>(row, i, unused);
-    const auto kept = g >= B(view.threshold);
-    if (!xsimd::any(kept)) continue;
-    widen_add<Arch>(xsimd::select(kept, exp_weight<Arch>((g - max) * inv_t), B(0.0f)), lo, hi);
-  }
-  double s = lane_total<Arch>(lo, hi);
-  for (; i < row.n; ++i) {
-    const float g = core::processed_logit(row, i).g;
-    if (g >= view.threshold) s += core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
-  }
-  return s;
+  return r;
 }
 
 /// min_p alone over the row: the lowest g with w >= min_p (the threshold) and the mass kept.
@@ -510,6 +551,14 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   const bool top_k = !view.greedy && params.top_k > 0 && params.top_k < row.n;
   const bool top_p = !view.greedy && params.top_p < 1.0f;
   const bool collect = top_k || top_p;
+  if (!view.greedy && !collect && !(params.min_p > 0.0f)) {  // every finite value kept: one pass
+    const d::Scan s = d::online_scan<Arch>(row, view.inv_temperature, view.norm);
+    view.ok = s.ok;
+    view.max = s.max;
+    view.argmax = s.argmax;
+    if (view.ok && view.has_mass()) view.inv_norm = static_cast<float>(1.0 / view.norm);
+    return view;
+  }
   d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
   view.ok = s.ok;
   view.max = s.max;
@@ -520,12 +569,8 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
     view.inv_norm = 1.0f;
     return view;
   }
-  if (!collect) {
-    if (params.min_p > 0.0f) {
-      d::min_p_pass<Arch>(view);
-    } else {
-      view.norm = d::row_mass<Arch>(view);
-    }
+  if (!collect) {  // min_p alone
+    d::min_p_pass<Arch>(view);
     view.inv_norm = static_cast<float>(1.0 / view.norm);
     return view;
   }
