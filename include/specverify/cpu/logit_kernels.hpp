@@ -462,6 +462,15 @@ float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float to
   double need = double(top_p) * candidate_mass<Arch>(c, m, -core::kFloatMax, max, inv_t);
   std::int32_t lo = 0, hi = m;
   constexpr std::int32_t kSortBelow = 2048;
+  if (m > kSortBelow && inv_t > 0.0f) {
+    // Top-p sets are usually a small head of the row: when the tokens within e^-8 of the top
+    // already hold the mass, continue among those alone (moved to the front: c stays a
+    // permutation, so the caller's later passes over c[0..m) see every candidate once).
+    const float head = max - 8.0f / inv_t;
+    if (candidate_mass<Arch>(c, m, head, max, inv_t) >= need) {
+      hi = static_cast<std::int32_t>(std::partition(c, c + m, [&](float g) { return g >= head; }) - c);
+    }
+  }
   while (hi - lo > kSortBelow) {
     // Quickselect on mass: three-way partition around a median of three values.
     float trio[3] = {c[lo], c[lo + (hi - lo) / 2], c[hi - 1]};
