@@ -528,7 +528,9 @@ TEST(LogitDraws, GreedyDraftIsOneHotAtItsArgmax) {
 TEST(LogitDraws, LargeRowsDrawAcrossChunks) {
   // V = 128256 with top_k: the draw's chunk search with most chunks empty; T alone: every chunk.
   const std::int32_t V = 128256;
-  for (SamplingParams params : {SamplingParams{0.8f, 0, 1.0f, 0.0f}, SamplingParams{0.8f, 8, 0.9f, 0.0f}}) {
+  // Dense (T alone), listed (few kept) and filtered but not listed (top_k 2000 > kMaxListed).
+  for (SamplingParams params : {SamplingParams{0.8f, 0, 1.0f, 0.0f}, SamplingParams{0.8f, 8, 0.9f, 0.0f},
+                                SamplingParams{1.0f, 2000, 1.0f, 0.0f}}) {
     const ReferenceRow row = random_row(V, 71, params, 1.5);
     std::vector<float> scratch;
     const View view = prepare_row(row, scratch);

@@ -9,7 +9,7 @@
 //
 // Pre-pass cost (the kept set is found without sorting the row):
 //   greedy (T = 0):               one read: max, argmax, validation.
-//   no top_k / top_p / min_p:     that read, then the sum of weights over the (cache-hot) row.
+//   no top_k / top_p / min_p:     one read that also sums the weights (online, see online_scan).
 //   min_p alone:                  that read, then one pass summing the weights w >= min_p.
 //   top_k (with or without top_p, min_p): the read also collects candidates into scratch by a
 //       streaming selection with a rising pivot (see scan): about k ln(n / 1024) values beyond
@@ -137,18 +137,26 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> exp_weight(const F<Arch>& a) {
 
 /// Float lanes as two double vectors (low half, high half).
 template <class Arch>
-SPECVERIFY_ALWAYS_INLINE void widen_add(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
+SPECVERIFY_ALWAYS_INLINE void widen(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
 #if XSIMD_WITH_AVX512DQ
   if constexpr (std::is_base_of<xsimd::avx512dq, Arch>::value) {
-    lo += D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 0)));
-    hi += D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
+    lo = D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 0)));
+    hi = D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
     return;
   }
 #endif
   alignas(64) float lanes[F<Arch>::size];
   v.store_aligned(lanes);
-  lo += D<Arch>::load_aligned(lanes);
-  hi += D<Arch>::load_aligned(lanes + D<Arch>::size);
+  lo = D<Arch>::load_aligned(lanes);
+  hi = D<Arch>::load_aligned(lanes + D<Arch>::size);
+}
+
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE void widen_add(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
+  D<Arch> a, b;
+  widen<Arch>(v, a, b);
+  lo += a;
+  hi += b;
 }
 
 template <class Arch>
@@ -269,7 +277,7 @@ struct Scan {
   std::int32_t collected = 0;
 };
 
-inline constexpr std::int32_t kCompactAt = 1024;
+inline constexpr std::int32_t kCompactAt = 256;
 
 template <class Arch>
 Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scratch) {
@@ -347,36 +355,69 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
   return r;
 }
 
-/// Sum of the weights of every kept token (g >= threshold) over the row.
+/// The read and the normaliser in one pass, for rows that keep every finite value (no top_k,
+/// top_p or min_p): each lane sums exp((g - m) / T) against its running max m, rescaled by
+/// exp((m_old - m) / T) when m rises (rarely, after the row's start), and the lanes are combined
+/// at the end against the row's max. So the row is read once, and the weights are computed while
+/// it streams in. The sum differs from sum_v w(v) by the roundings of the factorisation
+/// e^(x + y) = e^x e^y, within the bound the normaliser's error is stated with (the weights' own).
 template <class Arch>
-double row_mass(const LogitView<float>& view) {
+Scan online_scan(const LogitRow<float>& row, float inv_temperature, double& norm) {
   using B = F<Arch>;
-  constexpr std::int32_t W = B::size;
-  const LogitRow<float>& row = view.row;
-  FB<Arch> unused(true);
-  D<Arch> lo(0.0), hi(0.0);
-  const B max(view.max), inv_t(view.inv_temperature);
+  using Dv = D<Arch>;
+  constexpr std::int32_t W = B::size, H = Dv::size;
+  const std::int32_t n = row.n;
+  const B inv_t(inv_temperature);
+  B m(-core::kInf);
+  Dv lo(0.0), hi(0.0);
+  FB<Arch> ok(true);
   std::int32_t i = 0;
-  if (view.threshold == -core::kFloatMax) {
-    // Every finite value is kept, and exp_weight gives masked (-inf) lanes 0: no select. Pairs of
-    // vectors are added in float (one rounding) before they widen.
-    for (; i + 2 * W <= row.n; i += 2 * W) {
-      const B g0 = load_g<Arch, false>(row, i, unused), g1 = load_g<Arch, false>(row, i + W, unused);
-      widen_add<Arch>(exp_weight<Arch>((g0 - max) * inv_t) + exp_weight<Arch>((g1 - max) * inv_t), lo, hi);
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const B g0 = load_g<Arch>(row, i, ok), g1 = load_g<Arch>(row, i + W, ok);
+    const B raised = lane_max(m, lane_max(g0, g1));
+    if (xsimd::any(raised > m)) {
+      // Lanes without a finite max yet sum 0, and their factor is 0 (exp_weight of -inf or NaN).
+      Dv f_lo, f_hi;
+      widen<Arch>(exp_weight<Arch>((m - raised) * inv_t), f_lo, f_hi);
+      lo *= f_lo;
+      hi *= f_hi;
+      m = raised;
+    }
+    widen_add<Arch>(exp_weight<Arch>((g0 - m) * inv_t) + exp_weight<Arch>((g1 - m) * inv_t), lo, hi);
+  }
+  alignas(64) float lane_m[W];
+  alignas(64) double lane_s[W];
+  m.store_aligned(lane_m);
+  lo.store_aligned(lane_s);
+  hi.store_aligned(lane_s + H);
+  Scan r;
+  r.ok = xsimd::all(ok);
+  r.max = *std::max_element(lane_m, lane_m + W);
+  const std::int32_t body = i;
+  for (std::int32_t t = i; t < n; ++t) {
+    const core::Processed e = core::processed_logit(row, t);
+    r.ok = r.ok && e.valid;
+    r.max = std::max(r.max, e.g);
+  }
+  if (!r.ok || !(r.max > -core::kInf)) return r;
+  norm = 0.0;
+  for (std::int32_t l = 0; l < W; ++l) {
+    if (lane_s[l] > 0.0) norm += lane_s[l] * core::exp_weight(core::weight_argument(lane_m[l], r.max, inv_temperature));
+  }
+  for (std::int32_t t = body; t < n; ++t) {
+    norm += core::exp_weight(core::weight_argument(core::processed_logit(row, t).g, r.max, inv_temperature));
+  }
+  FB<Arch> unused(true);  // the argmax: the first index holding the max, in the cache-hot row
+  for (i = 0; i + W <= body; i += W) {
+    if (xsimd::any(load_g<Arch, false>(row, i, unused) == B(r.max))) break;
+  }
+  for (; i < n; ++i) {
+    if (core::processed_logit(row, i).g == r.max) {
+      r.argmax = i;
+      break;
     }
   }
-  for (; i + W <= row.n; i += W) {
-    const B g = load_g<Arch, false>(row, i, unused);
-    const auto kept = g >= B(view.threshold);
-    if (!xsimd::any(kept)) continue;
-    widen_add<Arch>(xsimd::select(kept, exp_weight<Arch>((g - max) * inv_t), B(0.0f)), lo, hi);
-  }
-  double s = lane_total<Arch>(lo, hi);
-  for (; i < row.n; ++i) {
-    const float g = core::processed_logit(row, i).g;
-    if (g >= view.threshold) s += core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
-  }
-  return s;
+  return r;
 }
 
 /// min_p alone over the row: the lowest g with w >= min_p (the threshold) and the mass kept.
@@ -421,6 +462,15 @@ float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float to
   double need = double(top_p) * candidate_mass<Arch>(c, m, -core::kFloatMax, max, inv_t);
   std::int32_t lo = 0, hi = m;
   constexpr std::int32_t kSortBelow = 2048;
+  if (m > kSortBelow && inv_t > 0.0f) {
+    // Top-p sets are usually a small head of the row: when the tokens within e^-8 of the top
+    // already hold the mass, continue among those alone (moved to the front: c stays a
+    // permutation, so the caller's later passes over c[0..m) see every candidate once).
+    const float head = max - 8.0f / inv_t;
+    if (candidate_mass<Arch>(c, m, head, max, inv_t) >= need) {
+      hi = static_cast<std::int32_t>(std::partition(c, c + m, [&](float g) { return g >= head; }) - c);
+    }
+  }
   while (hi - lo > kSortBelow) {
     // Quickselect on mass: three-way partition around a median of three values.
     float trio[3] = {c[lo], c[lo + (hi - lo) / 2], c[hi - 1]};
@@ -467,6 +517,30 @@ void finish_on_candidates(LogitView<float>& view, const float* c, std::int32_t m
   view.norm = candidate_mass<Arch>(c, m, view.threshold, view.max, view.inv_temperature);
 }
 
+/// Lists the kept row indices (at most View::kMaxListed of them) in increasing order: one more
+/// pass over the cache-hot row.
+template <class Arch>
+void list_kept(LogitView<float>& view) {
+  using B = F<Arch>;
+  constexpr std::int32_t W = B::size;
+  const LogitRow<float>& row = view.row;
+  FB<Arch> unused(true);
+  std::int32_t count = 0;
+  const auto add = [&](std::int32_t i, float g) {
+    if (g >= view.threshold && count < LogitView<float>::kMaxListed) view.kept[count++] = i;
+  };
+  std::int32_t i = 0;
+  for (; i + W <= row.n; i += W) {
+    const B g = load_g<Arch, false>(row, i, unused);
+    if (!xsimd::any(g >= B(view.threshold))) continue;
+    alignas(64) float lanes[W];
+    g.store_aligned(lanes);
+    for (std::int32_t l = 0; l < W; ++l) add(i + l, lanes[l]);
+  }
+  for (; i < row.n; ++i) add(i, core::processed_logit(row, i).g);
+  view.listed = count;
+}
+
 }  // namespace logits_detail
 
 /// The pre-pass: a view of `row` with its sampling parameters applied (API.md's seven steps).
@@ -476,7 +550,8 @@ void finish_on_candidates(LogitView<float>& view, const float* c, std::int32_t m
 template <class Arch = DefaultArch>
 LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   namespace d = logits_detail;
-  LogitView<float> view;
+  using View = LogitView<float>;
+  View view;
   view.row = row;
   const SamplingParams& params = row.params;
   view.greedy = params.temperature == 0.0f;
@@ -485,6 +560,14 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   const bool top_k = !view.greedy && params.top_k > 0 && params.top_k < row.n;
   const bool top_p = !view.greedy && params.top_p < 1.0f;
   const bool collect = top_k || top_p;
+  if (!view.greedy && !collect && !(params.min_p > 0.0f)) {  // every finite value kept: one pass
+    const d::Scan s = d::online_scan<Arch>(row, view.inv_temperature, view.norm);
+    view.ok = s.ok;
+    view.max = s.max;
+    view.argmax = s.argmax;
+    if (view.ok && view.has_mass()) view.inv_norm = static_cast<float>(1.0 / view.norm);
+    return view;
+  }
   d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
   view.ok = s.ok;
   view.max = s.max;
@@ -495,12 +578,8 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
     view.inv_norm = 1.0f;
     return view;
   }
-  if (!collect) {
-    if (params.min_p > 0.0f) {
-      d::min_p_pass<Arch>(view);
-    } else {
-      view.norm = d::row_mass<Arch>(view);
-    }
+  if (!collect) {  // min_p alone
+    d::min_p_pass<Arch>(view);
     view.inv_norm = static_cast<float>(1.0 / view.norm);
     return view;
   }
@@ -517,6 +596,9 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   }
   d::finish_on_candidates<Arch>(view, scratch, m);
   view.inv_norm = static_cast<float>(1.0 / view.norm);
+  if (std::count_if(scratch, scratch + m, [&](float g) { return g >= view.threshold; }) <= View::kMaxListed) {
+    d::list_kept<Arch>(view);
+  }
   return view;
 }
 
@@ -542,6 +624,10 @@ struct LogitRows {
   Checked<float> entropy(const View& p) const {
     if (p.greedy || !p.has_mass()) return {0.0f, p.ok};
     double h = 0.0;
+    if (p.listed >= 0 && !p.row.target_to_draft) {
+      for (std::int32_t k = 0; k < p.listed; ++k) h += core::entropy_term(value(p, p.kept[k]));
+      return {static_cast<float>(h), p.ok};
+    }
     bool ok = p.ok;
     for_chunks(p, nullptr, [&](const float* pc, const float*, std::int32_t len) {
       const Checked<float> c = row_entropy<Arch>(pc, len);
@@ -581,6 +667,11 @@ struct LogitRows {
       const float qa = q ? value(*q, p.argmax) : (p.argmax == x ? 1.0f : 0.0f);
       return {1.0f - qa > 0.0f ? p.argmax : -1, true};
     }
+    if (p.listed >= 0 && !p.row.target_to_draft) {  // the residual is 0 off p's kept tokens
+      return draw_listed(p, [&](std::int32_t v) {
+        return q ? std::max(value(p, v) - value(*q, v), 0.0f) : (v == x ? 0.0f : value(p, v));
+      }, u);
+    }
     if (!q) {
       return draw_weights(
           [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
@@ -600,6 +691,9 @@ struct LogitRows {
     if (!p.ok) return {-1, false};
     if (!p.has_mass()) return {-1, true};
     if (p.greedy) return {p.argmax, true};
+    if (p.listed >= 0 && !p.row.target_to_draft) {
+      return draw_listed(p, [&](std::int32_t v) { return value(p, v); }, u);
+    }
     return draw_weights([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
                         [&](std::int32_t v) { return value(p, v); }, -1, u);
   }
@@ -697,6 +791,27 @@ struct LogitRows {
     return {last_positive, true};
   }
 
+  /// The draw over a listed view's kept tokens, whose weights `one` gives (0 elsewhere): the same
+  /// definition, with the sum taken in index order.
+  template <class One>
+  Checked<std::int32_t> draw_listed(const View& p, One one, float u) const {
+    double total = 0.0;
+    for (std::int32_t k = 0; k < p.listed; ++k) total += one(p.kept[k]);
+    if (!(total > 0.0)) return {-1, true};
+    const double threshold = static_cast<double>(u) * total;
+    double before = 0.0;
+    std::int32_t last_positive = -1;
+    for (std::int32_t k = 0; k < p.listed; ++k) {
+      const double w = one(p.kept[k]);
+      if (w > 0.0) {
+        before += w;
+        last_positive = p.kept[k];
+        if (before > threshold) return {last_positive, true};
+      }
+    }
+    return {last_positive, true};  // u * total rounded above the ordered sum
+  }
+
   /// The weight the vector pass counted at `skip` (its lane of the vector holding it).
   template <class Vec>
   float value_for_skip(Vec vec, std::int32_t skip) const {
@@ -740,6 +855,10 @@ Checked<std::int32_t> LogitRows<Arch>::gumbel_argmax(const View& p, std::uint64_
       best = i;
     }
   };
+  if (p.listed >= 0) {
+    for (std::int32_t k = 0; k < p.listed; ++k) consider(p.kept[k], core::processed_logit(p.row, p.kept[k]).g);
+    return {best, true};
+  }
   logits_detail::FB<Arch> ok(true);
   std::int32_t i = 0;
   for (; i + W <= rows; i += W) {
