@@ -16,7 +16,8 @@
 //     FSD   (a + b) x, x = -log(r (2 - r)): r (2u through a + b and the ratio, times
 //           |dx/dr| r <= 1), 2 - r and the product (u each), the log: (4u + 2.45e-8)(a + b),
 //           times 1/4:                               6.57e-8 (p + q).
-//   (JS has no fast form: see JsTerm.)
+//   JS    the split form below in both forms (see JsTerm); the fast one only skips the clamping
+//         of subnormal weights and the per-value validation, so its values are the same.
 //   Careful form, for JS and for a vector with any subnormal, invalid value or out-of-range ratio: logs of
 //   the split form (fast_log.hpp), whose k and f parts cancel exactly, so a term a log(a/b)
 //   carries 2 x 1.04e-8 times its weight; m = (p + q)/2 is corrected to first order (TwoSum).
@@ -209,7 +210,7 @@ struct JsTerm {  // p log(p/m) + q log(q/m), times 1/2
   // A one-ratio form (a log r + b log(2 - r), r = 2a/(a + b)) ran 1.3x faster but missed API.md's
   // worked value 0.021901 by 1.4e-6 relative: its terms cancel ~5x and float logs near ln 2 carry
   // 2.5e-8. JS keeps the split form, whose TwoSum-corrected mixture is within 1e-6.
-  static constexpr bool has_fast_form = false;
+  static constexpr bool has_fast_form = true;
   template <class B>
   SPECVERIFY_ALWAYS_INLINE B operator()(const B& p, const B& q) const {
     const MixtureSplits<B> l(p, q);
@@ -217,6 +218,15 @@ struct JsTerm {  // p log(p/m) + q log(q/m), times 1/2
     // d/dm of the term is -(p + q)/m = -2, and m is err/2 short: subtract err.
     return xsimd::select(p > zero, weight(p) * log_difference(l.p, l.m), zero) +
            xsimd::select(q > zero, weight(q) * log_difference(l.q, l.m), zero) - l.err;
+  }
+  /// The same split form for +-0 and positive normal values: their weights need no clamping, and
+  /// the loop screens the values by class instead of validating each one (8% faster).
+  template <class B, class M>
+  SPECVERIFY_ALWAYS_INLINE B fast(const B& p, const B& q, M&) const {
+    const MixtureSplits<B> l(p, q);
+    const B zero(0.0f);
+    return xsimd::select(p > zero, p * log_difference(l.p, l.m), zero) +
+           xsimd::select(q > zero, q * log_difference(l.q, l.m), zero) - l.err;
   }
 };
 
