@@ -1,6 +1,10 @@
-// Row statistics at V = 128256 over 64 row pairs (64 MB, so rows come from memory, not cache):
-// a plain SIMD read pass over the same bytes as the floor, row_max, entropy, each divergence by
-// the fused kernels and by a plain scalar loop with std::log. Counters: bytes/s read.
+// Row kernels at V = 128256 over 64 row pairs (64 MB, so rows come from memory, not cache): a
+// plain SIMD read pass over the same bytes as the floor, row_max, argmax, the draw (residual with
+// a draft row, one-hot residual, target), entropy, each divergence by the fused kernels and by a
+// plain scalar loop with std::log. Counters: bytes/s read.
+//
+// Built twice: bench_divergence at the build type's flags and bench_divergence_o2 at -O2 (as
+// engines built RelWithDebInfo compile the kernels); the kernels must run as fast in both.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -74,6 +78,24 @@ void BM_ReadPass(benchmark::State& s) {
 void BM_RowMax(benchmark::State& s) {
   run(s, 1, [](const Rows& d, std::int32_t r) { return cpu::row_max(d.p_row(r), kVocab).value; });
 }
+void BM_RowArgmax(benchmark::State& s) {
+  run(s, 1, [](const Rows& d, std::int32_t r) { return cpu::row_argmax(d.p_row(r), kVocab).value; });
+}
+void BM_DrawResidual(benchmark::State& s) {
+  run(s, 2, [](const Rows& d, std::int32_t r) {
+    return cpu::draw(cpu::Weights::residual(d.p_row(r), d.q_row(r), -1, kVocab), 0.999f).value;
+  });
+}
+void BM_DrawOneHotResidual(benchmark::State& s) {
+  run(s, 1, [](const Rows& d, std::int32_t r) {
+    return cpu::draw(cpu::Weights::residual(d.p_row(r), nullptr, r, kVocab), 0.999f).value;
+  });
+}
+void BM_DrawTarget(benchmark::State& s) {
+  run(s, 1, [](const Rows& d, std::int32_t r) {
+    return cpu::draw(cpu::Weights::target(d.p_row(r), kVocab), 0.999f).value;
+  });
+}
 void BM_Entropy(benchmark::State& s) {
   run(s, 1, [](const Rows& d, std::int32_t r) { return cpu::row_entropy(d.p_row(r), kVocab).value; });
 }
@@ -90,6 +112,10 @@ void BM_DivergenceScalar(benchmark::State& s, Divergence d) {
 
 BENCHMARK(BM_ReadPass);
 BENCHMARK(BM_RowMax);
+BENCHMARK(BM_RowArgmax);
+BENCHMARK(BM_DrawResidual);
+BENCHMARK(BM_DrawOneHotResidual);
+BENCHMARK(BM_DrawTarget);
 BENCHMARK(BM_Entropy);
 BENCHMARK_CAPTURE(BM_Divergence, tv, Divergence::tv);
 BENCHMARK_CAPTURE(BM_Divergence, kl_target_draft, Divergence::kl_target_draft);

@@ -12,8 +12,10 @@
 #include <cfloat>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "specverify/core/row_math.hpp"
+#include "specverify/cpu/inlining.hpp"
 
 namespace specverify::cpu {
 
@@ -33,6 +35,74 @@ template <class T, class Arch>
 inline xsimd::batch<T, Arch> lane_max(const xsimd::batch<T, Arch>& a, const xsimd::batch<T, Arch>& b) {
   return xsimd::select(a > b, a, b);
 }
+
+/// Other architectures (NEON, ...): W/2 lanes of v from `first` on, as doubles, through memory.
+template <class Arch>
+inline xsimd::batch<double, Arch> widen_through_memory(const xsimd::batch<float, Arch>& v, std::size_t first) {
+  alignas(64) float lanes[xsimd::batch<float, Arch>::size];
+  alignas(64) double wide[xsimd::batch<double, Arch>::size];
+  v.store_aligned(lanes);
+  for (std::size_t i = 0; i < xsimd::batch<double, Arch>::size; ++i) wide[i] = lanes[first + i];
+  return xsimd::batch<double, Arch>::load_aligned(wide);
+}
+
+// g++ 12 reports the _mm*_undefined_* operand inside the AVX-512 cast and extract intrinsics as
+// uninitialised (a false positive); silenced here alone so -Werror users stay clean.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+/// Float lanes [0, W/2) and [W/2, W) of v as doubles, in registers. Not xsimd's converting load
+/// (batch<double>::load_unaligned(const float*)): xsimd 8.1 converts through a stack buffer, and
+/// at -O2 g++ keeps it: two half-width stores, then a full-width load they cannot forward to,
+/// every vector (the residual draw ran 6x slower than at -O3).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_low(const xsimd::batch<float, Arch>& v) {
+#if XSIMD_WITH_AVX512F
+  if constexpr (std::is_base_of<xsimd::avx512f, Arch>::value) {
+    return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+  } else
+#endif
+#if XSIMD_WITH_AVX
+  if constexpr (std::is_base_of<xsimd::avx, Arch>::value) {
+    return _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+  } else
+#endif
+#if XSIMD_WITH_SSE2
+  if constexpr (std::is_base_of<xsimd::sse2, Arch>::value) {
+    return _mm_cvtps_pd(v);
+  } else
+#endif
+  {
+    return widen_through_memory(v, 0);
+  }
+}
+
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_high(const xsimd::batch<float, Arch>& v) {
+#if XSIMD_WITH_AVX512F
+  if constexpr (std::is_base_of<xsimd::avx512f, Arch>::value) {
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  } else
+#endif
+#if XSIMD_WITH_AVX
+  if constexpr (std::is_base_of<xsimd::avx, Arch>::value) {
+    return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  } else
+#endif
+#if XSIMD_WITH_SSE2
+  if constexpr (std::is_base_of<xsimd::sse2, Arch>::value) {
+    return _mm_cvtps_pd(_mm_movehl_ps(v, v));
+  } else
+#endif
+  {
+    return widen_through_memory(v, xsimd::batch<double, Arch>::size);
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 /// A row pass's result: the value, and whether every element read was a valid probability.
 template <class T>
@@ -87,7 +157,7 @@ inline Checked<float> scalar_max(const float* p, std::int32_t n) {
 }
 
 template <class Arch = DefaultArch>
-Checked<float> row_max(const float* p, std::int32_t n) {
+SPECVERIFY_FLATTEN Checked<float> row_max(const float* p, std::int32_t n) {
   using B = xsimd::batch<float, Arch>;
   constexpr std::int32_t W = B::size;
   BitsMax<Arch> m;
@@ -103,7 +173,7 @@ Checked<float> row_max(const float* p, std::int32_t n) {
 
 /// Lowest index holding max p. A row without mass has no argmax: value is -1.
 template <class Arch = DefaultArch>
-Checked<std::int32_t> row_argmax(const float* p, std::int32_t n) {
+SPECVERIFY_FLATTEN Checked<std::int32_t> row_argmax(const float* p, std::int32_t n) {
   using B = xsimd::batch<float, Arch>;
   constexpr std::int32_t W = B::size;
   const Checked<float> m = row_max<Arch>(p, n);
@@ -170,7 +240,7 @@ inline double lane_sum(const xsimd::batch<double, Arch>& v) {
 /// enough to shift a draw near the end of a heavy-tailed row. Returns -1 when sum(w) == 0 (the
 /// caller decides what that means); any index returned has w_i > 0, so it is in [0, n).
 template <class Arch = DefaultArch>
-Checked<std::int32_t> draw(const Weights& w, float u) {
+SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
   using F = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
   constexpr std::int32_t WF = F::size, W = D::size;
@@ -190,15 +260,17 @@ Checked<std::int32_t> draw(const Weights& w, float u) {
     std::int32_t i = begin;
     if (w.q) {
       for (; i + WF <= end; i += WF) {
-        check.add(F::load_unaligned(w.p + i) | F::load_unaligned(w.q + i));
-        lo += lane_max(D::load_unaligned(w.p + i) - D::load_unaligned(w.q + i), zero);
-        hi += lane_max(D::load_unaligned(w.p + i + W) - D::load_unaligned(w.q + i + W), zero);
+        const F p = F::load_unaligned(w.p + i), q = F::load_unaligned(w.q + i);
+        check.add(p | q);
+        lo += lane_max(widen_low(p) - widen_low(q), zero);
+        hi += lane_max(widen_high(p) - widen_high(q), zero);
       }
     } else {
       for (; i + WF <= end; i += WF) {
-        check.add(F::load_unaligned(w.p + i));
-        lo += D::load_unaligned(w.p + i);
-        hi += D::load_unaligned(w.p + i + W);
+        const F p = F::load_unaligned(w.p + i);
+        check.add(p);
+        lo += widen_low(p);
+        hi += widen_high(p);
       }
     }
     D acc = lo + hi;
