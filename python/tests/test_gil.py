@@ -49,11 +49,17 @@ def large_verify():
 
 
 def test_verify_releases_the_gil():
+    # Other processes on the machine can only slow the spinner down: the best of three attempts.
     run = large_verify()
-    alone = spin_rate_alone()
-    during, elapsed = spin_rate_during(run)
-    assert elapsed > 0.05
-    assert during > 0.25 * alone, (during, alone)
+    ratios = []
+    for _ in range(3):
+        alone = spin_rate_alone()
+        during, elapsed = spin_rate_during(run)
+        assert elapsed > 0.05
+        ratios.append(during / alone)
+        if ratios[-1] > 0.25:
+            break
+    assert max(ratios) > 0.25, ratios
 
 
 def test_control_gil_holding_call_stops_the_thread():
