@@ -1,0 +1,239 @@
+// Zero-copy views of the caller's arrays: NumPy (and anything else with the buffer protocol) or
+// PyTorch CPU tensors (and anything else with DLPack). Every check names the argument; nothing is
+// ever copied or converted, so a wrong dtype, device, shape or layout is an error.
+#pragma once
+
+#include <dlpack/dlpack.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <specverify/types.hpp>
+
+namespace specverify::python {
+
+namespace py = pybind11;
+
+/// Element types the C++ structs point to. Seeds also take int64 (PyTorch has no uint64): the
+/// same 64 bits, reinterpreted in place.
+enum class Elem { int32, float32, seed64 };
+
+inline const char* elem_name(Elem elem) {
+  switch (elem) {
+    case Elem::int32: return "int32";
+    case Elem::float32: return "float32";
+    case Elem::seed64: return "uint64 (or int64)";
+  }
+  return "?";
+}
+
+/// Bad shape, layout or device: sv.InvalidInput, a ValueError, like the C++ library's messages.
+template <class... Parts>
+[[noreturn]] void reject(const Parts&... parts) {
+  std::string message = "specverify: ";
+  ((message += parts), ...);
+  throw invalid_input(message);
+}
+
+/// A caller's array, viewed in place. Holds the exporter (the Py_buffer or the DLPack tensor)
+/// until the object holding this view dies, so the memory outlives every call that reads it.
+struct Array {
+  void* data = nullptr;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;  // in elements
+  std::shared_ptr<void> exporter;
+  py::object source;                  // what the caller passed, for attribute access
+
+  bool present() const { return static_cast<bool>(exporter); }
+  std::int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  template <class T> T* as() const { return static_cast<T*>(data); }
+  /// The row stride as the C++ structs take it: 0 (= row length) where there is no second row.
+  std::int64_t row_stride() const { return shape[0] > 1 ? strides[0] : 0; }
+};
+
+namespace detail {
+
+inline std::string describe_shape(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+/// Whether a buffer-protocol format string is `elem` (native or little-endian byte order).
+inline bool format_is(const char* format, Py_ssize_t itemsize, Elem elem) {
+  std::string f = format ? format : "B";
+  if (!f.empty() && (f[0] == '@' || f[0] == '=' || f[0] == '<')) f.erase(0, 1);
+  if (f.size() != 1) return false;
+  const char c = f[0];
+  switch (elem) {
+    case Elem::int32: return itemsize == 4 && (c == 'i' || c == 'l');
+    case Elem::float32: return itemsize == 4 && c == 'f';
+    case Elem::seed64: return itemsize == 8 && (c == 'L' || c == 'Q' || c == 'l' || c == 'q');
+  }
+  return false;
+}
+
+inline bool dtype_is(const DLDataType& t, Elem elem) {
+  if (t.lanes != 1) return false;
+  switch (elem) {
+    case Elem::int32: return t.code == kDLInt && t.bits == 32;
+    case Elem::float32: return t.code == kDLFloat && t.bits == 32;
+    case Elem::seed64: return (t.code == kDLUInt || t.code == kDLInt) && t.bits == 64;
+  }
+  return false;
+}
+
+inline std::string dtype_of(py::handle obj, const std::string& fallback) {
+  if (py::hasattr(obj, "dtype")) return py::str(obj.attr("dtype"));
+  return fallback;
+}
+
+[[noreturn]] inline void wrong_dtype(const char* name, Elem elem, const std::string& got) {
+  throw py::type_error(std::string("specverify: ") + name + " must hold " + elem_name(elem) +
+                       ", got " + got + " (arrays are never converted or copied)");
+}
+
+inline Array from_buffer(py::handle obj, const char* name, Elem elem, bool writable) {
+  auto view = std::shared_ptr<Py_buffer>(new Py_buffer{}, [](Py_buffer* b) {
+    PyBuffer_Release(b);
+    delete b;
+  });
+  if (PyObject_GetBuffer(obj.ptr(), view.get(), PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
+    const py::error_already_set error;
+    reject(name, ": its buffer cannot be read in place with strides (", error.what(), ")");
+  }
+  if (!format_is(view->format, view->itemsize, elem)) {
+    wrong_dtype(name, elem, dtype_of(obj, std::string("buffer format '") +
+                                              (view->format ? view->format : "B") + "'"));
+  }
+  if (writable && view->readonly) reject(name, " is read-only; verify writes into it");
+  Array a;
+  a.data = view->buf;
+  for (int d = 0; d < view->ndim; ++d) {
+    if (view->strides[d] % view->itemsize != 0) {
+      reject(name, ": stride of ", view->strides[d], " bytes is not a whole number of elements");
+    }
+    a.shape.push_back(view->shape[d]);
+    a.strides.push_back(view->strides[d] / view->itemsize);
+  }
+  a.exporter = view;
+  return a;
+}
+
+inline Array from_dlpack(py::handle obj, const char* name, Elem elem) {
+  if (py::hasattr(obj, "__dlpack_device__")) {
+    int device_type = 0;
+    try {
+      device_type = obj.attr("__dlpack_device__")()[py::int_(0)].cast<int>();
+    } catch (const py::error_already_set& error) {
+      reject(name, ": cannot tell its device (", error.what(), "); it must be a CPU array");
+    }
+    if (device_type != kDLCPU) {
+      reject(name, " must be on the CPU, got DLPack device type ", std::to_string(device_type),
+             device_type == kDLCUDA ? " (CUDA)" : "", " (nothing is copied between devices)");
+    }
+  }
+  py::object capsule;
+  try {
+    capsule = obj.attr("__dlpack__")();
+  } catch (const py::error_already_set& error) {
+    reject(name, ": cannot be viewed through DLPack (", error.what(), ")");
+  }
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (!managed) {
+    PyErr_Clear();
+    reject(name, ": __dlpack__ did not return an unused DLPack capsule");
+  }
+  // Consumed: the capsule's destructor must no longer free it; our exporter does.
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+  auto owner = std::shared_ptr<DLManagedTensor>(managed, [](DLManagedTensor* m) {
+    if (m->deleter) m->deleter(m);
+  });
+  const DLTensor& t = managed->dl_tensor;
+  if (t.device.device_type != kDLCPU) reject(name, " must be on the CPU");
+  if (!dtype_is(t.dtype, elem)) {
+    wrong_dtype(name, elem, dtype_of(obj, "DLPack code " + std::to_string(t.dtype.code) + ", " +
+                                              std::to_string(t.dtype.bits) + " bits"));
+  }
+  Array a;
+  a.data = static_cast<char*>(t.data) + t.byte_offset;
+  std::int64_t compact = 1;
+  a.shape.assign(t.shape, t.shape + t.ndim);
+  a.strides.resize(static_cast<std::size_t>(t.ndim));
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    a.strides[d] = t.strides ? t.strides[d] : compact;  // no strides: compact row-major
+    compact *= t.shape[d];
+  }
+  a.exporter = owner;
+  return a;
+}
+
+}  // namespace detail
+
+/// Views `obj` in place as an `ndim`-dimensional array of `elem`, elements within its last
+/// dimension contiguous (rows may be strided). Raises TypeError for something that is not an
+/// array of `elem`, InvalidInput for the wrong rank, layout, alignment, device or a read-only
+/// output. None gives an absent view where `optional`.
+inline Array as_array(py::handle obj, const char* name, Elem elem, int ndim,
+                      bool writable = false, bool optional = false) {
+  if (obj.is_none()) {
+    if (optional) return {};
+    throw py::type_error(std::string("specverify: ") + name + " is required, got None");
+  }
+  Array a;
+  if (PyObject_CheckBuffer(obj.ptr())) {
+    a = detail::from_buffer(obj, name, elem, writable);
+  } else if (py::hasattr(obj, "__dlpack__")) {
+    a = detail::from_dlpack(obj, name, elem);
+  } else {
+    throw py::type_error(std::string("specverify: ") + name +
+                         " must be a NumPy array or a CPU tensor (buffer protocol or DLPack), got " +
+                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+  }
+  a.source = py::reinterpret_borrow<py::object>(obj);
+  if (static_cast<int>(a.shape.size()) != ndim) {
+    reject(name, " must have ", std::to_string(ndim), " dimension", ndim == 1 ? "" : "s",
+           ", got shape ", detail::describe_shape(a.shape));
+  }
+  const std::size_t item = elem == Elem::seed64 ? 8 : 4;
+  if (reinterpret_cast<std::uintptr_t>(a.data) % item != 0) {
+    reject(name, ": its data is not aligned to its ", std::to_string(item), "-byte elements");
+  }
+  for (int d = 0; d < ndim; ++d) {
+    if (a.strides[d] < 0) reject(name, ": negative strides (reversed views) are not supported");
+  }
+  const int last = ndim - 1;
+  if (a.shape[last] > 1 && a.strides[last] != 1) {
+    reject(name, ndim == 1 ? " must be contiguous" : ": elements within a row must be contiguous",
+           " (stride ", std::to_string(a.strides[last]), " elements; only rows may be strided)");
+  }
+  return a;
+}
+
+/// Checks that dimension `dim` of `a` has `expected` entries.
+inline void expect_extent(const Array& a, const char* name, int dim, std::int64_t expected,
+                          const std::string& why) {
+  if (a.shape[dim] != expected) {
+    reject(name, " has shape ", detail::describe_shape(a.shape), ", but ", why);
+  }
+}
+
+/// Checks that the rows of a 2-D view do not overlap.
+inline void expect_rows_apart(const Array& a, const char* name) {
+  if (a.shape[0] > 1 && a.strides[0] < a.shape[1]) {
+    reject(name, ": rows overlap (row stride ", std::to_string(a.strides[0]), " < ",
+           std::to_string(a.shape[1]), " columns)");
+  }
+}
+
+inline std::int32_t as_int32(std::int64_t n, const char* what) {
+  if (n > INT32_MAX) reject(what, " = ", std::to_string(n), " does not fit in int32");
+  return static_cast<std::int32_t>(n);
+}
+
+inline py::object source_or_none(const Array& a) { return a.present() ? a.source : py::none(); }
+
+}  // namespace specverify::python

@@ -1,0 +1,84 @@
+// The rules as Python sees them, and the dispatch from a Python rule object to the C++ struct
+// that verify() is instantiated with. Rules holding per-draft arrays keep them alive here.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <utility>
+
+#include <specverify/specverify.hpp>
+
+#include "arrays.hpp"
+
+namespace specverify::python {
+
+/// Sprinter with its verifier scores held: float32 [N], indexed like draft_tokens.
+struct PySprinter {
+  float eta = 0.5f;
+  Array verifier_scores;
+
+  Sprinter build(std::int64_t drafts) const {
+    if (verifier_scores.present()) {
+      expect_extent(verifier_scores, "Sprinter.verifier_scores", 0, drafts,
+                    "it needs one score per draft token (" + std::to_string(drafts) + ")");
+    }
+    return {eta, verifier_scores.as<const float>()};
+  }
+};
+
+/// SpecDecPP with its acceptance probabilities (float32 [N]) and the inner rule (a Python object
+/// of one of the other rule classes).
+struct PySpecDecPP {
+  float threshold = 0.5f;
+  Array accept_probs;
+  py::object inner;
+
+  const float* probs(std::int64_t drafts) const {
+    if (accept_probs.present()) {
+      expect_extent(accept_probs, "SpecDecPP.accept_probs", 0, drafts,
+                    "it needs one probability per draft token (" + std::to_string(drafts) + ")");
+    }
+    return accept_probs.as<const float>();
+  }
+};
+
+inline constexpr const char* kInnerRuleNames = "Standard, Greedy, Ears, Fsd, ReducibleFsd or Sprinter";
+inline constexpr const char* kRuleNames =
+    "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter or SpecDecPP";
+
+/// Whether `rule` is a rule object SpecDecPP can wrap (any but SpecDecPP itself).
+inline bool is_inner_rule(py::handle rule) {
+  return py::isinstance<Standard>(rule) || py::isinstance<Greedy>(rule) ||
+         py::isinstance<Ears>(rule) || py::isinstance<Fsd>(rule) ||
+         py::isinstance<ReducibleFsd>(rule) || py::isinstance<PySprinter>(rule);
+}
+
+/// Calls fn with the C++ rule for the Python rule object `rule`. SpecDecPP may not nest.
+template <bool kOuter = true, class Fn>
+decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
+  if (py::isinstance<Standard>(rule)) return fn(rule.cast<Standard>());
+  if (py::isinstance<Greedy>(rule)) return fn(rule.cast<Greedy>());
+  if (py::isinstance<Ears>(rule)) return fn(rule.cast<Ears>());
+  if (py::isinstance<Fsd>(rule)) return fn(rule.cast<Fsd>());
+  if (py::isinstance<ReducibleFsd>(rule)) return fn(rule.cast<ReducibleFsd>());
+  if (py::isinstance<PySprinter>(rule)) return fn(rule.cast<const PySprinter&>().build(drafts));
+  if constexpr (kOuter) {
+    if (py::isinstance<PySpecDecPP>(rule)) {
+      const auto& s = rule.cast<const PySpecDecPP&>();
+      const float* probs = s.probs(drafts);
+      return with_rule<false>(s.inner, drafts, [&](const auto& inner) {
+        using Inner = std::decay_t<decltype(inner)>;
+        return fn(SpecDecPP<Inner>{s.threshold, probs, inner});
+      });
+    }
+  }
+  throw py::type_error(std::string("specverify: ") + (kOuter ? "rule" : "SpecDecPP.inner") +
+                       " must be one of " + (kOuter ? kRuleNames : kInnerRuleNames) + ", got " +
+                       std::string(py::str(py::type::handle_of(rule).attr("__name__"))));
+}
+
+/// Binds the rule classes and the Divergence enum.
+void bind_rules(py::module_& m);
+
+}  // namespace specverify::python
