@@ -2,7 +2,8 @@
 # Installs the Debian packages specverify's build, tests, benchmarks and rule comparison need, and
 # any named as arguments (.ci/run adds clang for its fuzz and tsan stages), if any is missing.
 set -e
-packages="cmake g++ libxsimd-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev fortunes gnuplot-nox $*"
+packages="cmake g++ pkg-config libxsimd-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev fortunes gnuplot-nox
+  pocketsphinx-en-us libsphinxbase-dev libcli11-dev nlohmann-json3-dev $*"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
