@@ -77,10 +77,16 @@ struct DecodeSettings {
   std::uint64_t seed = 1;
 };
 
+/// One prompt's share of a run: the unit the confidence intervals resample.
+struct PromptCounts {
+  std::int64_t target_calls = 0, drafted = 0, accepted = 0, generated = 0;
+};
+
 struct RunStats {
   std::int64_t target_calls = 0, drafted = 0, accepted = 0, generated = 0, relaxed = 0, checked = 0;
   double verify_seconds = 0, logprob = 0;  // logprob: sum of untempered log p over generated tokens
   std::int64_t steps = 0;
+  std::vector<PromptCounts> per_prompt;  // [prompts]
 };
 
 /// Index of the smallest i with q_0 + ... + q_i > u * sum(q). The sum runs in 16 float lanes
@@ -104,7 +110,11 @@ inline std::int32_t sample_row(const float* q, std::int32_t V, double u) {
   return last;
 }
 
-/// Decodes `settings.tokens` tokens after each prompt, the prompts as one batch per step.
+/// Prompts decoded together: one verify call per step of a batch of up to 8 chains.
+constexpr std::size_t kBatch = 8;
+
+/// Decodes `settings.tokens` tokens after each prompt, a batch of prompts at a time (buffers are
+/// reused from batch to batch).
 template <class MakeRule>
 RunStats decode(ModelPair& model, const std::vector<std::vector<std::int32_t>>& prompts,
                 const DecodeSettings& settings, const DraftPolicy& policy, Heads* heads,
@@ -116,10 +126,15 @@ RunStats decode(ModelPair& model, const std::vector<std::vector<std::int32_t>>& 
   std::mt19937_64 rng(settings.seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   RunStats stats;
+  stats.per_prompt.resize(prompts.size());
+  std::size_t group = 0;  // first prompt of the current batch
   for (std::uint64_t step = 0;; ++step) {
     active.clear();
-    for (std::size_t b = 0; b < text.size(); ++b)
-      if (produced[b] < settings.tokens) active.push_back(static_cast<std::int32_t>(b));
+    for (; group < text.size(); group += kBatch) {
+      for (std::size_t b = group; b < std::min(text.size(), group + kBatch); ++b)
+        if (produced[b] < settings.tokens) active.push_back(static_cast<std::int32_t>(b));
+      if (!active.empty()) break;
+    }
     if (active.empty()) break;
     offsets.assign(1, 0);
     drafts.clear();
@@ -188,6 +203,11 @@ RunStats decode(ModelPair& model, const std::vector<std::vector<std::int32_t>>& 
       }
       produced[std::size_t(active[std::size_t(i)])] += accepted[std::size_t(i)] + 1;
       stats.generated += accepted[std::size_t(i)] + 1;
+      PromptCounts& c = stats.per_prompt[std::size_t(active[std::size_t(i)])];
+      ++c.target_calls;
+      c.drafted += offsets[std::size_t(i) + 1] - offsets[std::size_t(i)];
+      c.accepted += accepted[std::size_t(i)];
+      c.generated += accepted[std::size_t(i)] + 1;
     }
   }
   return stats;

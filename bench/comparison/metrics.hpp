@@ -67,6 +67,7 @@ struct QualityContext {
 struct Quality {
   double tv = 0;          // mean binned TV of the first emitted token's distribution from p
   double noise_floor = 0; // the same for as many draws straight from p
+  std::vector<double> tv_each, floor_each;  // per context: the units the intervals resample
 };
 
 /// `trials` one-draft chains per context: x ~ q, verify, record the first emitted token.
@@ -101,8 +102,10 @@ Quality measure_quality(const std::vector<QualityContext>& contexts, std::int32_
       ++emitted[std::size_t(metric.bin(token[0]))];
       ++direct[std::size_t(metric.bin(draw(cdf_p)))];
     }
-    out.tv += metric.tv(emitted) / double(contexts.size());
-    out.noise_floor += metric.tv(direct) / double(contexts.size());
+    out.tv_each.push_back(metric.tv(emitted));
+    out.floor_each.push_back(metric.tv(direct));
+    out.tv += out.tv_each.back() / double(contexts.size());
+    out.noise_floor += out.floor_each.back() / double(contexts.size());
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comparison/ngram.hpp"
+#include "comparison/sphinx_trigram.hpp"
 #include "synthetic.hpp"
 
 namespace specverify::comparison {
@@ -88,6 +89,89 @@ class NgramPair final : public ModelPair {
 
   std::shared_ptr<const KneserNey> target_, draft_;
   std::map<std::pair<const KneserNey*, float>, Tempered> tempered_;
+  std::vector<double> values_;
+};
+
+/// CMU's published US English trigram model: target = its trigram rows, draft = the same model's
+/// bigram rows (the history cut to one word). Rows are normalised explicitly (as shipped they
+/// sum to 0.995-1.0001). Only the text after the last </s> is context; a sentence's first word
+/// is predicted from <s> alone (the bigram row of <s>, as pocketsphinx scores it).
+///
+/// A row is s * u(w) except at the few words the context has stored n-grams for, with u = b^p1
+/// (b = 1.0001) precomputed per temperature and s = b^(backoffs): one pass over V per row, no
+/// exp per word, so no row cache is needed (a cached row would cost the same pass to copy).
+class SphinxPair final : public ModelPair {
+ public:
+  explicit SphinxPair(std::shared_ptr<const SphinxTrigram> lm) : lm_(std::move(lm)) {}
+  std::string name() const override { return "cmu-en-us"; }
+  std::int32_t vocab() const override { return lm_->vocab(); }
+  void target_row(const std::int32_t* text, std::int32_t n, float t, float* out) override { row(text, n, 2, t, out); }
+  void draft_row(const std::int32_t* text, std::int32_t n, float t, float* out) override { row(text, n, 1, t, out); }
+  double target_logprob(const std::int32_t* text, std::int32_t n, std::int32_t w) override {
+    const std::int32_t c = context(text, n, 2);
+    lm_->sparse_row(context_, c, sparse_);
+    const Tempered& tu = tempered(1.0f);
+    const double s = scale(1.0);
+    double z = s * tu.total;
+    for (const auto& [v, score] : sparse_.exact) z += std::exp(score * kLnB) - s * tu.unigram[std::size_t(v)];
+    return double(lm_->score(context_, c, w)) * kLnB - std::log(z);
+  }
+  const SphinxTrigram& model() const { return *lm_; }
+
+ private:
+  static constexpr double kLnB = SphinxTrigram::kLnBase;
+  struct Tempered {
+    std::vector<float> unigram;  // b^(p1(w) / T)
+    double total = 0;
+  };
+
+  /// The last `order` words of the current sentence; fewer words than that are preceded by <s>
+  /// (so a sentence start is the context <s> alone). Returns how many context_ holds.
+  std::int32_t context(const std::int32_t* text, std::int32_t n, std::int32_t order) {
+    std::int32_t start = n;
+    while (start > 0 && text[start - 1] != lm_->eos()) --start;
+    const std::int32_t have = std::min(order, n - start);
+    std::int32_t c = 0;
+    if (have < order) context_[c++] = lm_->bos();
+    for (std::int32_t i = n - have; i < n; ++i) context_[c++] = text[i];
+    return c;
+  }
+  double scale(double a) const { return std::exp((double(sparse_.first_add) + sparse_.second_add) * kLnB * a); }
+  const Tempered& tempered(float t) {
+    Tempered& tu = tempered_[t];
+    if (tu.unigram.empty()) {
+      const double a = 1.0 / double(t);
+      for (const float p1 : lm_->unigram_scores()) {
+        tu.unigram.push_back(static_cast<float>(std::exp(double(p1) * kLnB * a)));
+        tu.total += tu.unigram.back();
+      }
+    }
+    return tu;
+  }
+
+  void row(const std::int32_t* text, std::int32_t n, std::int32_t order, float t, float* out) {
+    const std::int32_t V = lm_->vocab();
+    const std::int32_t c = context(text, n, order);
+    lm_->sparse_row(context_, c, sparse_);
+    const double a = t == 0.0f ? 1.0 : 1.0 / double(t);
+    const Tempered& tu = tempered(t == 0.0f ? 1.0f : t);
+    const double s = scale(a);
+    double z = s * tu.total;
+    values_.clear();
+    for (const auto& [v, score] : sparse_.exact) {
+      values_.push_back(std::exp(double(score) * kLnB * a));
+      z += values_.back() - s * tu.unigram[std::size_t(v)];
+    }
+    const float f = static_cast<float>(s / z);
+    for (std::int32_t v = 0; v < V; ++v) out[v] = f * tu.unigram[std::size_t(v)];
+    for (std::size_t i = 0; i < sparse_.exact.size(); ++i) out[sparse_.exact[i].first] = static_cast<float>(values_[i] / z);
+    if (t == 0.0f) one_hot_argmax(out, V);
+  }
+
+  std::shared_ptr<const SphinxTrigram> lm_;
+  std::map<float, Tempered> tempered_;
+  std::int32_t context_[2] = {0, 0};
+  SphinxTrigram::SparseRow sparse_;
   std::vector<double> values_;
 };
 

@@ -7,6 +7,7 @@
 
 #include "comparison/decode_loop.hpp"
 #include "specverify/specverify.hpp"
+#include "synthetic_acceptance.hpp"
 #include "typical_acceptance.hpp"
 
 namespace specverify::comparison {
@@ -28,6 +29,8 @@ struct Sweep {
   std::vector<float> rfsd_tv{0.2f, 0.4f};
   std::vector<float> sprinter_eta{0.7f, 0.8f, 0.9f};
   std::vector<float> specdecpp_threshold{0.3f, 0.7f};
+  // Synthetic acceptance (benchmarking): conditional rate per chain position, K = k.
+  std::vector<std::vector<float>> synthetic_rates{{0.6f}, {0.9f, 0.8f, 0.7f, 0.6f}};
 };
 
 inline const char* divergence_name(Divergence d) {
@@ -82,6 +85,16 @@ void for_each_rule(const Sweep& s, Visit&& visit) {
           [h](const float* probs) { return SpecDecPP<Standard>{h, probs, Standard{}}; });
   }
   visit(RuleSpec{"Typical", "Typical", 0.09}, fixed(s.k), [](const float*) { return TypicalAcceptance{}; });
+  for (const auto& rates : s.synthetic_rates) {
+    std::string label = "Synth";  // e.g. "Synth 0.9/0.8/0.7/0.6"
+    for (const float r : rates) {
+      std::snprintf(name, sizeof name, "%s%g", label.size() == 5 ? " " : "/", r);
+      label += name;
+    }
+    const SyntheticAcceptance rule{rates.data(), std::int32_t(rates.size())};
+    visit(RuleSpec{label, "Synthetic", expected_tokens_per_call(rule, s.k)}, fixed(s.k),
+          [rule](const float*) { return rule; });
+  }
 }
 
 }  // namespace specverify::comparison

@@ -2,6 +2,7 @@
 // quality contexts, and the loop over every rule.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <string>
@@ -13,8 +14,9 @@ namespace specverify::comparison {
 
 struct Options {
   std::uint64_t seed = 1;
-  std::int32_t prompts = 8, tokens = 40, contexts = 6, trials = 500, top_bins = 31;
+  std::int32_t prompts = 24, tokens = 20, contexts = 12, trials = 300, top_bins = 31;
   double cost_ratio = 0.05;
+  std::int32_t resamples = 2000;  // bootstrap resamples per interval
   Sweep sweep;
 };
 
@@ -54,13 +56,23 @@ inline std::vector<Row> run_setting(ModelPair& m, const std::vector<std::vector<
     m.draft_row(text.data(), std::int32_t(text.size()), temperature, c.q.data());
     contexts.push_back(std::move(c));
   }
+  // One set of resampling draws per setting: every rule's interval resamples the same prompts and
+  // contexts, so intervals of differences between rules are paired.
+  const Draws draws = make_draws(prompts.size(), contexts.size(), BootstrapOptions{o.resamples, 0.95, o.seed + 17});
   std::vector<Row> rows;
   for_each_rule(o.sweep, [&](const RuleSpec& spec, const DraftPolicy& policy, auto make_rule) {
     const RunStats run = decode(m, prompts, s, policy, &heads, make_rule);
     const Quality q = measure_quality(contexts, V, o.trials, o.top_bins, policy, &heads, make_rule, o.seed + 3);
-    rows.push_back(make_row(m.name(), temperature, spec, run, q, target, o.cost_ratio));
+    rows.push_back(make_row(m.name(), temperature, spec, run, q, target, o.cost_ratio, draws));
     progress(spec.name);
   });
+  const auto base = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.rule == "Standard K=4"; });
+  if (base != rows.end()) {
+    for (Row& r : rows) {
+      r.gain = r.tokens_per_call / base->tokens_per_call;
+      r.gain_ci = tokens_per_call_ratio(r, *base, draws, o.cost_ratio);
+    }
+  }
   return rows;
 }
 
