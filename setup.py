@@ -7,6 +7,7 @@ The module is compiled for this machine (-march=native, as the README advises fo
 library); set SPECVERIFY_MARCH (e.g. x86-64-v3) to build for another, or to "" for the default.
 """
 import os
+import pathlib
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import setup
@@ -16,7 +17,7 @@ ParallelCompile("SPECVERIFY_BUILD_JOBS", default=2).install()
 march = os.environ.get("SPECVERIFY_MARCH", "native")
 extension = Pybind11Extension(
     "specverify._core",
-    ["python/src/module.cpp", "python/src/rules.cpp"],
+    sorted(str(p) for p in pathlib.Path("python/src").glob("*.cpp")),
     include_dirs=["include"],
     cxx_std=17,
     extra_compile_args=["-O3"] + ([f"-march={march}"] if march else []),

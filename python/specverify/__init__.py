@@ -7,41 +7,83 @@ non-array, InvalidInput for the rest). See API.md "Python" and the README.
     batch = sv.ChainBatch(draft_offsets=offsets, draft_tokens=tokens, target_probs=p, draft_probs=q)
     out = sv.ChainOutput(tokens=np.empty((B, K + 1), np.int32), num_accepted=np.empty(B, np.int32))
     stats = sv.verify(sv.Standard(), batch, sv.Randomness(seed=1, offset=step), out)
+
+Logits batches take each sequence's sampling parameters as a NumPy array of SamplingParams.dtype,
+viewed in place like every other array; sampling_params() builds one.
 """
+import numpy as np
+
 from specverify._core import (
     ChainBatch,
     ChainOutput,
+    Coupled,
     Divergence,
+    Drafted,
     Ears,
     Fsd,
     Greedy,
     InvalidInput,
+    LogitsChainBatch,
+    LogitsTreeBatch,
     Randomness,
     ReducibleFsd,
+    SamplingParams,
     SpecDecPP,
     Sprinter,
     Standard,
+    TreeBatch,
+    TreeOutput,
     VerifyStats,
     kNoToken,
+    sample,
     verify,
 )
 
 __version__ = "0.1.0"
 
+
+def sampling_params(batch_size_or_params, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
+    """Per-sequence sampling parameters as a NumPy array of SamplingParams.dtype, the layout the
+    logits batches view in place (their target_params and draft_params).
+
+    sampling_params(B, temperature=0.7, top_k=50): B sequences; each field a scalar or B values.
+    sampling_params([SamplingParams(...), ...]): one entry per SamplingParams object.
+    The array is the caller's: writing a field later changes what the next verify reads.
+    """
+    if isinstance(batch_size_or_params, (int, np.integer)):
+        params = np.empty(int(batch_size_or_params), SamplingParams.dtype)
+        params["temperature"], params["top_k"], params["top_p"], params["min_p"] = temperature, top_k, top_p, min_p
+        return params
+    given = list(batch_size_or_params)
+    for p in given:
+        if not isinstance(p, SamplingParams):
+            raise TypeError(f"specverify: sampling_params takes a batch size or SamplingParams objects, got {type(p).__name__}")
+    return np.array([(p.temperature, p.top_k, p.top_p, p.min_p) for p in given], SamplingParams.dtype)
+
+
 __all__ = [
     "ChainBatch",
     "ChainOutput",
+    "Coupled",
     "Divergence",
+    "Drafted",
     "Ears",
     "Fsd",
     "Greedy",
     "InvalidInput",
+    "LogitsChainBatch",
+    "LogitsTreeBatch",
     "Randomness",
     "ReducibleFsd",
+    "SamplingParams",
     "SpecDecPP",
     "Sprinter",
     "Standard",
+    "TreeBatch",
+    "TreeOutput",
     "VerifyStats",
     "kNoToken",
+    "sample",
+    "sampling_params",
     "verify",
 ]

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <dlpack/dlpack.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -11,23 +12,42 @@
 #include <string>
 #include <vector>
 
+#include <specverify/sampling.hpp>
 #include <specverify/types.hpp>
 
 namespace specverify::python {
 
 namespace py = pybind11;
 
-/// Element types the C++ structs point to. Seeds also take int64 (PyTorch has no uint64): the
-/// same 64 bits, reinterpreted in place.
-enum class Elem { int32, float32, seed64 };
+/// Element types the C++ structs point to. Seeds also take int64 (PyTorch has no uint64) and
+/// bitmask words int32 (xgrammar's torch.int32 bitmasks): the same bits, reinterpreted in place.
+/// Sampling parameters are NumPy structured arrays of SamplingParams' layout.
+enum class Elem { int32, int64, float32, seed64, bits32, sampling_params };
 
 inline const char* elem_name(Elem elem) {
   switch (elem) {
     case Elem::int32: return "int32";
+    case Elem::int64: return "int64";
     case Elem::float32: return "float32";
     case Elem::seed64: return "uint64 (or int64)";
+    case Elem::bits32: return "uint32 (or int32)";
+    case Elem::sampling_params: return "SamplingParams (a NumPy array of sv.SamplingParams.dtype)";
   }
   return "?";
+}
+
+inline std::size_t elem_bytes(Elem elem) {
+  switch (elem) {
+    case Elem::int64:
+    case Elem::seed64: return 8;
+    case Elem::sampling_params: return sizeof(SamplingParams);
+    default: return 4;
+  }
+}
+
+/// Alignment the C++ pointer needs (SamplingParams: that of its 4-byte fields).
+inline std::size_t elem_alignment(Elem elem) {
+  return elem == Elem::sampling_params ? alignof(SamplingParams) : elem_bytes(elem);
 }
 
 /// Bad shape, layout or device: sv.InvalidInput, a ValueError, like the C++ library's messages.
@@ -71,7 +91,10 @@ inline bool format_is(const char* format, Py_ssize_t itemsize, Elem elem) {
   switch (elem) {
     case Elem::int32: return itemsize == 4 && (c == 'i' || c == 'l');
     case Elem::float32: return itemsize == 4 && c == 'f';
+    case Elem::int64: return itemsize == 8 && (c == 'l' || c == 'q');
     case Elem::seed64: return itemsize == 8 && (c == 'L' || c == 'Q' || c == 'l' || c == 'q');
+    case Elem::bits32: return itemsize == 4 && (c == 'I' || c == 'L' || c == 'i' || c == 'l');
+    case Elem::sampling_params: return false;  // a struct: its NumPy dtype is checked instead
   }
   return false;
 }
@@ -81,7 +104,10 @@ inline bool dtype_is(const DLDataType& t, Elem elem) {
   switch (elem) {
     case Elem::int32: return t.code == kDLInt && t.bits == 32;
     case Elem::float32: return t.code == kDLFloat && t.bits == 32;
+    case Elem::int64: return t.code == kDLInt && t.bits == 64;
     case Elem::seed64: return (t.code == kDLUInt || t.code == kDLInt) && t.bits == 64;
+    case Elem::bits32: return (t.code == kDLUInt || t.code == kDLInt) && t.bits == 32;
+    case Elem::sampling_params: return false;  // DLPack has no structs
   }
   return false;
 }
@@ -105,7 +131,8 @@ inline Array from_buffer(py::handle obj, const char* name, Elem elem, bool writa
     const py::error_already_set error;
     reject(name, ": its buffer cannot be read in place with strides (", error.what(), ")");
   }
-  if (!format_is(view->format, view->itemsize, elem)) {
+  const bool struct_checked = elem == Elem::sampling_params && view->itemsize == sizeof(SamplingParams);
+  if (!struct_checked && !format_is(view->format, view->itemsize, elem)) {
     wrong_dtype(name, elem, dtype_of(obj, std::string("buffer format '") +
                                               (view->format ? view->format : "B") + "'"));
   }
@@ -171,6 +198,19 @@ inline Array from_dlpack(py::handle obj, const char* name, Elem elem) {
   return a;
 }
 
+/// SamplingParams arrays: a NumPy array whose dtype is SamplingParams' layout (sv.SamplingParams.dtype,
+/// which sv.sampling_params builds). Anything else would need a conversion: a TypeError.
+inline void expect_sampling_params_dtype(py::handle obj, const char* name) {
+  const auto expected = py::dtype::of<SamplingParams>();
+  if (py::isinstance<py::array>(obj) && py::reinterpret_borrow<py::array>(obj).dtype().equal(expected)) return;
+  const std::string got = py::isinstance<py::array>(obj)
+                              ? std::string(py::str(obj.attr("dtype")))
+                              : std::string(py::str(py::type::handle_of(obj).attr("__name__")));
+  throw py::type_error(std::string("specverify: ") + name +
+                       " must be a NumPy array of sv.SamplingParams.dtype " + std::string(py::str(static_cast<py::handle>(expected))) +
+                       " (sv.sampling_params builds one), got " + got + " (arrays are never converted or copied)");
+}
+
 }  // namespace detail
 
 /// Views `obj` in place as an `ndim`-dimensional array of `elem`, elements within its last
@@ -183,6 +223,7 @@ inline Array as_array(py::handle obj, const char* name, Elem elem, int ndim,
     if (optional) return {};
     throw py::type_error(std::string("specverify: ") + name + " is required, got None");
   }
+  if (elem == Elem::sampling_params) detail::expect_sampling_params_dtype(obj, name);
   Array a;
   if (PyObject_CheckBuffer(obj.ptr())) {
     a = detail::from_buffer(obj, name, elem, writable);
@@ -198,9 +239,9 @@ inline Array as_array(py::handle obj, const char* name, Elem elem, int ndim,
     reject(name, " must have ", std::to_string(ndim), " dimension", ndim == 1 ? "" : "s",
            ", got shape ", detail::describe_shape(a.shape));
   }
-  const std::size_t item = elem == Elem::seed64 ? 8 : 4;
-  if (reinterpret_cast<std::uintptr_t>(a.data) % item != 0) {
-    reject(name, ": its data is not aligned to its ", std::to_string(item), "-byte elements");
+  const std::size_t align = elem_alignment(elem);
+  if (reinterpret_cast<std::uintptr_t>(a.data) % align != 0) {
+    reject(name, ": its data is not aligned to ", std::to_string(align), " bytes");
   }
   for (int d = 0; d < ndim; ++d) {
     if (a.strides[d] < 0) reject(name, ": negative strides (reversed views) are not supported");

@@ -1,10 +1,10 @@
 // specverify for Python: the API.md names over NumPy arrays and PyTorch CPU tensors, zero-copy.
 //
-// Each batch type is a class that views its arrays once (shapes checked against each other at
-// construction) and builds its C++ struct per call (checks that read data, such as
-// draft_offsets[B], happen then, with the GIL held). verify() has one overload per batch type,
-// all going through verify_batch(). A new batch type is a Py*Batch struct with drafts() and
-// view(), its class binding, and one more verify overload.
+// Each batch type (batches.hpp) is a class that views its arrays once and builds its C++ struct
+// per call. verify() has one overload per batch type, all going through verify_batch()
+// (verify_batch.hpp). A new batch type is a Py*Batch struct with drafts(), view() and kShape, its
+// class binding, and one more verify overload.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -14,134 +14,15 @@
 #include <specverify/specverify.hpp>
 
 #include "arrays.hpp"
+#include "batches.hpp"
 #include "rules.hpp"
+#include "verify_batch.hpp"
 
 namespace specverify::python {
 
 namespace {
 
 using namespace pybind11::literals;
-
-/// ChainBatch: draft_offsets int32 [B+1], draft_tokens int32 [N], target_probs float32 [N+B, V]
-/// (rows may be strided), draft_probs float32 [N, V] or None, target_row_max float32 [N+B] or None.
-struct PyChainBatch {
-  Array draft_offsets, draft_tokens, target_probs, draft_probs, target_row_max;
-  std::int32_t batch_size = 0;
-  std::int32_t vocab_size = 0;
-
-  PyChainBatch(py::handle offsets, py::handle tokens, py::handle target, py::handle draft,
-               py::handle row_max)
-      : draft_offsets(as_array(offsets, "draft_offsets", Elem::int32, 1)),
-        draft_tokens(as_array(tokens, "draft_tokens", Elem::int32, 1)),
-        target_probs(as_array(target, "target_probs", Elem::float32, 2)),
-        draft_probs(as_array(draft, "draft_probs", Elem::float32, 2, false, true)),
-        target_row_max(as_array(row_max, "target_row_max", Elem::float32, 1, false, true)) {
-    if (draft_offsets.rows() < 1) reject("draft_offsets must hold B + 1 >= 1 offsets, got none");
-    batch_size = as_int32(draft_offsets.rows() - 1, "batch size");
-    vocab_size = as_int32(target_probs.shape[1], "vocab size");
-    const std::int64_t rows = drafts() + batch_size;
-    const std::string n = std::to_string(drafts()), b = std::to_string(batch_size);
-    expect_extent(target_probs, "target_probs", 0, rows,
-                  "it needs N + B = " + n + " + " + b + " rows (one per draft token plus one bonus row per sequence)");
-    expect_rows_apart(target_probs, "target_probs");
-    if (draft_probs.present()) {
-      expect_extent(draft_probs, "draft_probs", 0, drafts(), "it needs N = " + n + " rows (one per draft token)");
-      expect_extent(draft_probs, "draft_probs", 1, vocab_size,
-                    "its rows must be as long as target_probs' (V = " + std::to_string(vocab_size) + ")");
-      expect_rows_apart(draft_probs, "draft_probs");
-    }
-    if (target_row_max.present()) {
-      expect_extent(target_row_max, "target_row_max", 0, rows,
-                    "it needs one value per target row (" + std::to_string(rows) + ")");
-    }
-  }
-
-  std::int64_t drafts() const { return draft_tokens.rows(); }
-
-  /// The C++ view, once draft_offsets agrees with draft_tokens (read now: the caller may have
-  /// rewritten it since construction). The C++ side validates the offsets themselves.
-  ChainBatch<float> view() const {
-    const std::int32_t total = draft_offsets.as<const std::int32_t>()[batch_size];
-    if (batch_size > 0 && total != drafts()) {
-      reject("draft_offsets[B] = ", std::to_string(total), " but draft_tokens holds ",
-             std::to_string(drafts()), " tokens");
-    }
-    return {batch_size,
-            vocab_size,
-            draft_offsets.as<const std::int32_t>(),
-            draft_tokens.as<const std::int32_t>(),
-            target_probs.as<const float>(),
-            draft_probs.as<const float>(),
-            target_probs.row_stride(),
-            draft_probs.present() ? draft_probs.row_stride() : 0,
-            target_row_max.as<const float>()};
-  }
-};
-
-/// ChainOutput: tokens int32 [B, row_width] with contiguous rows, num_accepted int32 [B].
-struct PyChainOutput {
-  Array tokens, num_accepted;
-
-  PyChainOutput(py::handle tokens_, py::handle num_accepted_)
-      : tokens(as_array(tokens_, "tokens", Elem::int32, 2, true)),
-        num_accepted(as_array(num_accepted_, "num_accepted", Elem::int32, 1, true)) {
-    // ChainOutput has no row stride: row b starts at b * row_width.
-    if (tokens.shape[0] > 1 && tokens.strides[0] != tokens.shape[1]) {
-      reject("tokens: rows must be contiguous and adjacent (row stride ",
-             std::to_string(tokens.strides[0]), " != row width ", std::to_string(tokens.shape[1]), ")");
-    }
-    as_int32(tokens.shape[1], "tokens row width");
-    expect_extent(num_accepted, "num_accepted", 0, tokens.shape[0],
-                  "tokens has " + std::to_string(tokens.shape[0]) + " rows");
-  }
-
-  ChainOutput view(std::int32_t batch_size) const {
-    expect_extent(tokens, "tokens", 0, batch_size,
-                  "the batch has B = " + std::to_string(batch_size) + " sequences");
-    return {tokens.as<std::int32_t>(), static_cast<std::int32_t>(tokens.shape[1]),
-            num_accepted.as<std::int32_t>()};
-  }
-};
-
-/// Randomness: seed and offset, optional sequence_seeds uint64/int64 [B], accept_uniforms
-/// float32 [N], sample_uniforms float32 [B].
-struct PyRandomness {
-  std::uint64_t seed = 0;
-  std::uint64_t offset = 0;
-  Array sequence_seeds, accept_uniforms, sample_uniforms;
-
-  Randomness view(std::int64_t batch_size, std::int64_t drafts) const {
-    const std::string b = std::to_string(batch_size);
-    if (sequence_seeds.present()) {
-      expect_extent(sequence_seeds, "sequence_seeds", 0, batch_size, "the batch has B = " + b + " sequences");
-    }
-    if (accept_uniforms.present()) {
-      expect_extent(accept_uniforms, "accept_uniforms", 0, drafts,
-                    "it needs one uniform per draft token (" + std::to_string(drafts) + ")");
-    }
-    if (sample_uniforms.present()) {
-      expect_extent(sample_uniforms, "sample_uniforms", 0, batch_size, "the batch has B = " + b + " sequences");
-    }
-    return {seed, offset, sequence_seeds.as<const std::uint64_t>(),
-            accept_uniforms.as<const float>(), sample_uniforms.as<const float>()};
-  }
-};
-
-/// The one verify path every batch type goes through: build the C++ views (all checks, with the
-/// GIL), then run without the GIL. The Python objects stay referenced by the call's arguments,
-/// so the arrays they hold outlive it.
-template <class PyBatch, class PyOutput>
-VerifyStats verify_batch(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
-                         const PyOutput& out, std::int32_t max_threads) {
-  if (max_threads < 0) reject("max_threads = ", std::to_string(max_threads), " must be >= 0");
-  const auto batch_view = batch.view();
-  const auto out_view = out.view(batch.batch_size);
-  const Randomness random_view = randomness.view(batch.batch_size, batch.drafts());
-  return with_rule(rule, batch.drafts(), [&](const auto& cpp_rule) {
-    py::gil_scoped_release release;
-    return specverify::verify(cpp_rule, batch_view, random_view, out_view, CpuOptions{max_threads});
-  });
-}
 
 std::string stats_repr(const VerifyStats& s) {
   std::ostringstream r;
@@ -150,6 +31,64 @@ std::string stats_repr(const VerifyStats& s) {
   return r.str();
 }
 
+/// Properties returning the arrays an object was given (None where absent).
+template <class Base, class T = Base>
+auto source_of(Array Base::*member) {
+  return [member](const T& self) { return source_or_none(self.*member); };
+}
+template <class T>
+auto offsets_source(const T& self) { return self.offsets.offsets.source; }
+template <class T>
+auto tokens_source(const T& self) { return self.offsets.draft_tokens.source; }
+template <class T>
+auto field_source(Array PyLogitsFields::*member) {
+  return [member](const T& self) { return source_or_none(self.fields.*member); };
+}
+
+/// The size and stride properties every batch class has.
+template <class T, class Class>
+void batch_sizes(Class& cls, Array T::*target, Array T::*draft) {
+  cls.def_readonly("batch_size", &T::batch_size)
+      .def_readonly("vocab_size", &T::vocab_size)
+      .def_property_readonly("target_stride", [target](const T& b) { return (b.*target).row_stride(); })
+      .def_property_readonly("draft_stride", [draft](const T& b) {
+        return (b.*draft).present() ? (b.*draft).row_stride() : 0;
+      })
+      .def("__repr__", [name = std::string(py::str(cls.attr("__name__")))](const T& b) {
+        return name + "(batch_size=" + std::to_string(b.batch_size) + ", vocab_size=" + std::to_string(b.vocab_size) +
+               ", drafts=" + std::to_string(b.drafts()) + ")";
+      });
+}
+
+/// The properties LogitsChainBatch and LogitsTreeBatch share.
+template <class T, class Class>
+void logits_fields(Class& cls) {
+  cls.def_property_readonly("draft_vocab_size",
+                            [](const T& b) { return b.fields.draft_row_length(b.vocab_size); })
+      .def_property_readonly("unconditional_stride", [](const T& b) {
+        return b.fields.unconditional_logits.present() ? b.fields.unconditional_logits.row_stride() : 0;
+      })
+      .def_property_readonly("target_params", field_source<T>(&PyLogitsFields::target_params))
+      .def_property_readonly("draft_params", field_source<T>(&PyLogitsFields::draft_params))
+      .def_property_readonly("draft_to_target", field_source<T>(&PyLogitsFields::draft_to_target))
+      .def_property_readonly("unconditional_logits", field_source<T>(&PyLogitsFields::unconditional_logits))
+      .def_property_readonly("unconditional_first_row", field_source<T>(&PyLogitsFields::unconditional_first_row))
+      .def_property_readonly("guidance_scale", field_source<T>(&PyLogitsFields::guidance_scale))
+      .def_property_readonly("allowed_tokens", field_source<T>(&PyLogitsFields::allowed_tokens));
+}
+
+constexpr const char* kLogitsFieldsDoc =
+    "target_params: the sequences' SamplingParams, a NumPy array of SamplingParams.dtype [B]\n"
+    "  (sv.sampling_params builds one); draft_params: likewise, what the drafter sampled with, or\n"
+    "  None (the target's);\n"
+    "draft_to_target: int32 [Vd], the target id of each draft id (reduced draft vocabulary; the\n"
+    "  draft rows are then Vd long), or None;\n"
+    "unconditional_logits: float32 [U, V] classifier-free guidance rows, with\n"
+    "  unconditional_first_row int64 [B] (sequence b's first row, its k_b + 1 rows follow; -1: no\n"
+    "  guidance) and guidance_scale float32 [B], or None;\n"
+    "allowed_tokens: uint32 (or int32) [N+B, ceil(V/32)] grammar bitmask, adjacent rows (the\n"
+    "  xgrammar layout: bit v % 32 of word v / 32 set = token v allowed), or None.";
+
 }  // namespace
 
 void bind_module(py::module_& m) {
@@ -157,64 +96,167 @@ void bind_module(py::module_& m) {
             "tensors, zero-copy.";
   m.attr("kNoToken") = kNoToken;
   py::register_exception<invalid_input>(m, "InvalidInput", PyExc_ValueError);
+  PYBIND11_NUMPY_DTYPE(SamplingParams, temperature, top_k, top_p, min_p);
+  static_assert(sizeof(SamplingParams) == 16 && offsetof(SamplingParams, top_k) == 4 &&
+                    offsetof(SamplingParams, top_p) == 8 && offsetof(SamplingParams, min_p) == 12,
+                "SamplingParams.dtype documents this layout");
 
   bind_rules(m);
 
-  py::class_<PyChainBatch>(m, "ChainBatch",
-                           "Draft chains and their rows, viewed in place (held until this object dies).\n"
-                           "draft_offsets: int32 [B+1]; draft_tokens: int32 [N];\n"
-                           "target_probs: float32 [N+B, V] (row stride free, elements contiguous);\n"
-                           "draft_probs: float32 [N, V] or None (one-hot drafts);\n"
-                           "target_row_max: float32 [N+B] or None.")
-      .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle>(), py::kw_only(),
-           "draft_offsets"_a, "draft_tokens"_a, "target_probs"_a, "draft_probs"_a = py::none(),
-           "target_row_max"_a = py::none())
-      .def_readonly("batch_size", &PyChainBatch::batch_size)
-      .def_readonly("vocab_size", &PyChainBatch::vocab_size)
-      .def_property_readonly("target_stride", [](const PyChainBatch& b) { return b.target_probs.row_stride(); })
-      .def_property_readonly("draft_stride", [](const PyChainBatch& b) {
-        return b.draft_probs.present() ? b.draft_probs.row_stride() : 0;
+  py::class_<SamplingParams>(m, "SamplingParams",
+                             "One sequence's sampling parameters; the defaults change nothing.\n"
+                             "temperature >= 0 (0: greedy), top_k >= 0 (0: off), top_p in (0, 1] (1: off),\n"
+                             "min_p in [0, 1] (0: off). Batches take them per sequence as a NumPy array of\n"
+                             "SamplingParams.dtype (viewed in place): see sampling_params().")
+      .def(py::init([](float temperature, std::int32_t top_k, float top_p, float min_p) {
+             return SamplingParams{temperature, top_k, top_p, min_p};
+           }),
+           py::kw_only(), "temperature"_a = 1.0f, "top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f)
+      .def_readwrite("temperature", &SamplingParams::temperature)
+      .def_readwrite("top_k", &SamplingParams::top_k)
+      .def_readwrite("top_p", &SamplingParams::top_p)
+      .def_readwrite("min_p", &SamplingParams::min_p)
+      .def("__eq__", [](const SamplingParams& a, const SamplingParams& b) {
+        return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p;
       })
-      .def_property_readonly("draft_offsets", [](const PyChainBatch& b) { return b.draft_offsets.source; })
-      .def_property_readonly("draft_tokens", [](const PyChainBatch& b) { return b.draft_tokens.source; })
-      .def_property_readonly("target_probs", [](const PyChainBatch& b) { return b.target_probs.source; })
-      .def_property_readonly("draft_probs", [](const PyChainBatch& b) { return source_or_none(b.draft_probs); })
-      .def_property_readonly("target_row_max",
-                             [](const PyChainBatch& b) { return source_or_none(b.target_row_max); })
-      .def("__repr__", [](const PyChainBatch& b) {
-        return "ChainBatch(batch_size=" + std::to_string(b.batch_size) + ", vocab_size=" +
-               std::to_string(b.vocab_size) + ", drafts=" + std::to_string(b.drafts()) + ")";
-      });
+      .def("__repr__", [](const SamplingParams& p) {
+        std::ostringstream r;
+        r << "SamplingParams(temperature=" << p.temperature << ", top_k=" << p.top_k << ", top_p=" << p.top_p
+          << ", min_p=" << p.min_p << ")";
+        return r.str();
+      })
+      .attr("dtype") = py::dtype::of<SamplingParams>();
+
+  py::enum_<Drafted>(m, "Drafted", "How the children of each tree node were drafted.")
+      .value("sampled", Drafted::sampled, "independently from q (with replacement; duplicates allowed)")
+      .value("sampled_without_replacement", Drafted::sampled_without_replacement,
+             "one after another from q with earlier siblings removed")
+      .value("deterministic", Drafted::deterministic, "chosen without sampling (top-k of q, beam, lookup)");
+
+  py::class_<PyChainBatch> chain(m, "ChainBatch",
+                                 "Draft chains and their rows, viewed in place (held until this object dies).\n"
+                                 "draft_offsets: int32 [B+1]; draft_tokens: int32 [N];\n"
+                                 "target_probs: float32 [N+B, V] (row stride free, elements contiguous);\n"
+                                 "draft_probs: float32 [N, V] or None (one-hot drafts);\n"
+                                 "target_row_max: float32 [N+B] or None.");
+  chain.def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle>(), py::kw_only(),
+            "draft_offsets"_a, "draft_tokens"_a, "target_probs"_a, "draft_probs"_a = py::none(),
+            "target_row_max"_a = py::none())
+      .def_property_readonly("draft_offsets", &offsets_source<PyChainBatch>)
+      .def_property_readonly("draft_tokens", &tokens_source<PyChainBatch>)
+      .def_property_readonly("target_probs", source_of(&PyChainBatch::target_probs))
+      .def_property_readonly("draft_probs", source_of(&PyChainBatch::draft_probs))
+      .def_property_readonly("target_row_max", source_of(&PyChainBatch::target_row_max));
+  batch_sizes(chain, &PyChainBatch::target_probs, &PyChainBatch::draft_probs);
+
+  py::class_<PyTreeBatch> tree(m, "TreeBatch",
+                               "Draft trees and their rows, viewed in place (held until this object dies).\n"
+                               "node_offsets: int32 [B+1] (sequence b owns nodes node_offsets[b] ..);\n"
+                               "parents: int32 [N], sequence-local, -1 = child of the root, parents[i] < i;\n"
+                               "draft_tokens: int32 [N]; target_probs: float32 [N+B, V] (sequence b's rows\n"
+                               "start at node_offsets[b] + b: p at the root, then p after each node);\n"
+                               "draft_probs: float32 [N+B, V] laid out alike (the q each node's children were\n"
+                               "drafted from), or None for Drafted.deterministic; drafted: a Drafted.");
+  tree.def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, Drafted>(), py::kw_only(),
+           "node_offsets"_a, "parents"_a, "draft_tokens"_a, "target_probs"_a, "draft_probs"_a = py::none(),
+           "drafted"_a = Drafted::sampled)
+      .def_readonly("drafted", &PyTreeBatch::drafted)
+      .def_property_readonly("node_offsets", &offsets_source<PyTreeBatch>)
+      .def_property_readonly("parents", [](const PyTreeBatch& b) { return b.parents.source; })
+      .def_property_readonly("draft_tokens", &tokens_source<PyTreeBatch>)
+      .def_property_readonly("target_probs", source_of(&PyTreeBatch::target_probs))
+      .def_property_readonly("draft_probs", source_of(&PyTreeBatch::draft_probs));
+  batch_sizes(tree, &PyTreeBatch::target_probs, &PyTreeBatch::draft_probs);
+
+  py::class_<PyLogitsChainBatch> logits_chain(
+      m, "LogitsChainBatch",
+      (std::string("Draft chains whose rows are logits; verify applies each sequence's sampling parameters\n"
+                   "(guidance, bitmask, temperature, top_k, top_p, min_p) itself, writing no probability rows.\n"
+                   "draft_offsets, draft_tokens: as ChainBatch; target_logits: float32 [N+B, V];\n"
+                   "draft_logits: float32 [N, Vd] or None (one-hot drafts);\n") + kLogitsFieldsDoc).c_str());
+  logits_chain
+      .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
+                    py::handle, py::handle, py::handle>(),
+           py::kw_only(), "draft_offsets"_a, "draft_tokens"_a, "target_logits"_a, "draft_logits"_a = py::none(),
+           "target_params"_a, "draft_params"_a = py::none(), "draft_to_target"_a = py::none(),
+           "unconditional_logits"_a = py::none(), "unconditional_first_row"_a = py::none(),
+           "guidance_scale"_a = py::none(), "allowed_tokens"_a = py::none())
+      .def_property_readonly("draft_offsets", &offsets_source<PyLogitsChainBatch>)
+      .def_property_readonly("draft_tokens", &tokens_source<PyLogitsChainBatch>)
+      .def_property_readonly("target_logits", source_of(&PyLogitsChainBatch::target_logits))
+      .def_property_readonly("draft_logits", source_of(&PyLogitsChainBatch::draft_logits));
+  batch_sizes(logits_chain, &PyLogitsChainBatch::target_logits, &PyLogitsChainBatch::draft_logits);
+  logits_fields<PyLogitsChainBatch>(logits_chain);
+
+  py::class_<PyLogitsTreeBatch> logits_tree(
+      m, "LogitsTreeBatch",
+      (std::string("Draft trees whose rows are logits: TreeBatch's layout (node_offsets, parents,\n"
+                   "draft_tokens, drafted; target_logits float32 [N+B, V], draft_logits float32 [N+B, Vd] or\n"
+                   "None) with LogitsChainBatch's per-sequence fields:\n") + kLogitsFieldsDoc).c_str());
+  logits_tree
+      .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, Drafted, py::handle, py::handle,
+                    py::handle, py::handle, py::handle, py::handle, py::handle>(),
+           py::kw_only(), "node_offsets"_a, "parents"_a, "draft_tokens"_a, "target_logits"_a,
+           "draft_logits"_a = py::none(), "drafted"_a = Drafted::sampled, "target_params"_a,
+           "draft_params"_a = py::none(), "draft_to_target"_a = py::none(), "unconditional_logits"_a = py::none(),
+           "unconditional_first_row"_a = py::none(), "guidance_scale"_a = py::none(),
+           "allowed_tokens"_a = py::none())
+      .def_readonly("drafted", &PyLogitsTreeBatch::drafted)
+      .def_property_readonly("node_offsets", &offsets_source<PyLogitsTreeBatch>)
+      .def_property_readonly("parents", [](const PyLogitsTreeBatch& b) { return b.parents.source; })
+      .def_property_readonly("draft_tokens", &tokens_source<PyLogitsTreeBatch>)
+      .def_property_readonly("target_logits", source_of(&PyLogitsTreeBatch::target_logits))
+      .def_property_readonly("draft_logits", source_of(&PyLogitsTreeBatch::draft_logits));
+  batch_sizes(logits_tree, &PyLogitsTreeBatch::target_logits, &PyLogitsTreeBatch::draft_logits);
+  logits_fields<PyLogitsTreeBatch>(logits_tree);
 
   py::class_<PyChainOutput>(m, "ChainOutput",
-                            "Where verify writes: tokens int32 [B, row_width] (contiguous rows; n_b\n"
-                            "accepted drafts, one more token, then kNoToken), num_accepted int32 [B].")
-      .def(py::init<py::handle, py::handle>(), py::kw_only(), "tokens"_a, "num_accepted"_a)
+                            "Where verify writes for chains: tokens int32 [B, row_width] (adjacent rows; n_b\n"
+                            "accepted drafts, one more token, then kNoToken), num_accepted int32 [B], and\n"
+                            "optionally logprobs float32 [B, row_width]: log p(token) under the (processed)\n"
+                            "target row each token was emitted from; kNoToken slots are left as they are.")
+      .def(py::init<py::handle, py::handle, py::handle>(), py::kw_only(), "tokens"_a, "num_accepted"_a,
+           "logprobs"_a = py::none())
       .def_property_readonly("tokens", [](const PyChainOutput& o) { return o.tokens.source; })
       .def_property_readonly("num_accepted", [](const PyChainOutput& o) { return o.num_accepted.source; })
-      .def_property_readonly("row_width", [](const PyChainOutput& o) { return o.tokens.shape[1]; });
+      .def_property_readonly("logprobs", source_of<PyOutput, PyChainOutput>(&PyOutput::logprobs))
+      .def_property_readonly("row_width", [](const PyChainOutput& o) { return o.row_width(); });
+
+  py::class_<PyTreeOutput>(m, "TreeOutput",
+                           "Where verify writes for trees: tokens int32 [B, row_width] (the accepted path,\n"
+                           "one more token, then kNoToken), num_accepted int32 [B]; optionally\n"
+                           "accepted_nodes int32 [B, row_width] (the sequence-local node of each accepted\n"
+                           "token, then kNoToken: for KV-cache compaction) and logprobs float32 [B, row_width].")
+      .def(py::init<py::handle, py::handle, py::handle, py::handle>(), py::kw_only(), "tokens"_a,
+           "num_accepted"_a, "accepted_nodes"_a = py::none(), "logprobs"_a = py::none())
+      .def_property_readonly("tokens", [](const PyTreeOutput& o) { return o.tokens.source; })
+      .def_property_readonly("num_accepted", [](const PyTreeOutput& o) { return o.num_accepted.source; })
+      .def_property_readonly("accepted_nodes", source_of<PyOutput, PyTreeOutput>(&PyOutput::accepted_nodes))
+      .def_property_readonly("logprobs", source_of<PyOutput, PyTreeOutput>(&PyOutput::logprobs))
+      .def_property_readonly("row_width", [](const PyTreeOutput& o) { return o.row_width(); });
 
   py::class_<PyRandomness>(m, "Randomness",
                            "Seed and step offset (advance it between steps) for the built-in Philox\n"
                            "streams; optional sequence_seeds uint64/int64 [B] (batch-invariant results),\n"
-                           "accept_uniforms float32 [N] and sample_uniforms float32 [B] in [0, 1).")
+                           "accept_uniforms float32 [N] and sample_uniforms float32 [B] in [0, 1), and\n"
+                           "positions int64 [B] (absolute position of each sequence's first draft: Coupled).")
       .def(py::init([](std::uint64_t seed, std::uint64_t offset, py::handle sequence_seeds,
-                       py::handle accept_uniforms, py::handle sample_uniforms) {
+                       py::handle accept_uniforms, py::handle sample_uniforms, py::handle positions) {
              return PyRandomness{
                  seed, offset,
                  as_array(sequence_seeds, "sequence_seeds", Elem::seed64, 1, false, true),
                  as_array(accept_uniforms, "accept_uniforms", Elem::float32, 1, false, true),
-                 as_array(sample_uniforms, "sample_uniforms", Elem::float32, 1, false, true)};
+                 as_array(sample_uniforms, "sample_uniforms", Elem::float32, 1, false, true),
+                 as_array(positions, "positions", Elem::int64, 1, false, true)};
            }),
            "seed"_a = 0, "offset"_a = 0, py::kw_only(), "sequence_seeds"_a = py::none(),
-           "accept_uniforms"_a = py::none(), "sample_uniforms"_a = py::none())
+           "accept_uniforms"_a = py::none(), "sample_uniforms"_a = py::none(), "positions"_a = py::none())
       .def_readwrite("seed", &PyRandomness::seed)
       .def_readwrite("offset", &PyRandomness::offset)
-      .def_property_readonly("sequence_seeds", [](const PyRandomness& r) { return source_or_none(r.sequence_seeds); })
-      .def_property_readonly("accept_uniforms",
-                             [](const PyRandomness& r) { return source_or_none(r.accept_uniforms); })
-      .def_property_readonly("sample_uniforms",
-                             [](const PyRandomness& r) { return source_or_none(r.sample_uniforms); })
+      .def_property_readonly("sequence_seeds", source_of(&PyRandomness::sequence_seeds))
+      .def_property_readonly("accept_uniforms", source_of(&PyRandomness::accept_uniforms))
+      .def_property_readonly("sample_uniforms", source_of(&PyRandomness::sample_uniforms))
+      .def_property_readonly("positions", source_of(&PyRandomness::positions))
       .def("__repr__", [](const PyRandomness& r) {
         return "Randomness(seed=" + std::to_string(r.seed) + ", offset=" + std::to_string(r.offset) + ", ...)";
       });
@@ -231,16 +273,44 @@ void bind_module(py::module_& m) {
       })
       .def("__repr__", &stats_repr);
 
+  constexpr const char* verify_doc =
+      "Verifies the batch with `rule`, writes `out` and returns VerifyStats. ChainBatch and\n"
+      "LogitsChainBatch write a ChainOutput, TreeBatch and LogitsTreeBatch a TreeOutput. Raises\n"
+      "InvalidInput (a ValueError) before writing anything when the input is malformed. Releases the\n"
+      "GIL while it runs. max_threads: 0 uses every hardware thread once the batch is large enough.";
+  m.def("verify", &verify_chains, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
+        "max_threads"_a = 0, verify_doc);
+  m.def("verify", &verify_logits_chains, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
+        "max_threads"_a = 0);
+  m.def("verify", &verify_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
+        "max_threads"_a = 0);
+  m.def("verify", &verify_logits_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
+        "max_threads"_a = 0);
+  // Anything else: say which pairs go together, rather than pybind11's list of signatures.
   m.def(
       "verify",
-      [](py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
-         const PyChainOutput& out, std::int32_t max_threads) {
-        return verify_batch(rule, batch, randomness, out, max_threads);
+      [](py::handle, py::handle batch, py::handle randomness, py::handle out, py::handle max_threads) {
+        const auto name = [](py::handle h) { return std::string(py::str(py::type::handle_of(h).attr("__name__"))); };
+        throw py::type_error("specverify: verify(rule, batch, randomness, out, max_threads=0) takes a ChainBatch or "
+                             "LogitsChainBatch with a ChainOutput, or a TreeBatch or LogitsTreeBatch with a "
+                             "TreeOutput, a Randomness and an int max_threads; got batch=" + name(batch) +
+                             ", randomness=" + name(randomness) + ", out=" + name(out) +
+                             ", max_threads=" + name(max_threads));
       },
-      "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(), "max_threads"_a = 0,
-      "Verifies the batch with `rule`, writes `out` and returns VerifyStats. Raises InvalidInput\n"
-      "(a ValueError) before writing anything when the input is malformed. Releases the GIL while\n"
-      "it runs. max_threads: 0 uses every hardware thread once the batch is large enough.");
+      "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(), "max_threads"_a = 0);
+
+  m.def(
+      "sample",
+      [](py::handle logits, const SamplingParams& params, std::uint64_t seed, std::int64_t position) {
+        const Array row = as_array(logits, "logits", Elem::float32, 1);
+        const std::int32_t vocab = as_int32(row.rows(), "vocab size");
+        py::gil_scoped_release release;
+        return specverify::sample(row.as<const float>(), vocab, params, seed, position);
+      },
+      "logits"_a, "params"_a = SamplingParams{}, "seed"_a = 0, "position"_a = 0,
+      "One plain (non-speculative) draw from a row of logits (float32 [V]) with its SamplingParams, by\n"
+      "Gumbel-max with noise keyed only by (seed, position, token): the tokens Coupled verification emits.\n"
+      "Raises InvalidInput for parameters out of range, a NaN or +inf logit, or a row that is all -inf.");
 }
 
 }  // namespace specverify::python

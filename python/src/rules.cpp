@@ -57,6 +57,12 @@ void bind_rules(py::module_& m) {
                        "Accept x iff u q(x) < p(x); on rejection draw from max(p - q, 0). Lossless.")
       .def(py::init<>())
       .def("__repr__", [](const Standard&) { return "Standard()"; });
+  py::class_<Coupled>(m, "Coupled",
+                      "Accept draft j iff it equals sample(target row j, params, seed_b, positions[b] + j) and\n"
+                      "emit that sample: the same text as plain sv.sample decoding, token for token. Lossless;\n"
+                      "needs Randomness(positions=...), ignores offset.")
+      .def(py::init<>())
+      .def("__repr__", [](const Coupled&) { return "Coupled()"; });
   py::class_<Greedy>(m, "Greedy", "Accept x iff x == argmax p (lowest index on ties); emit argmax p.")
       .def(py::init<>())
       .def("__repr__", [](const Greedy&) { return "Greedy()"; });
@@ -84,7 +90,7 @@ void bind_rules(py::module_& m) {
 
   py::class_<PySpecDecPP>(m, "SpecDecPP",
                           "Cut each chain after the first j with 1 - prod accept_probs[..j] > threshold,\n"
-                          "then verify what is left with `inner` (any other rule).\n"
+                          "then verify what is left with `inner` (any other rule). Chains only.\n"
                           "accept_probs: float32 [N], like draft_tokens.")
       .def(py::init([](float threshold, py::object accept_probs, py::object inner) {
              if (inner.is_none()) inner = py::cast(Standard{});

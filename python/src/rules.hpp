@@ -10,6 +10,7 @@
 #include <specverify/specverify.hpp>
 
 #include "arrays.hpp"
+#include "batches.hpp"
 
 namespace specverify::python {
 
@@ -43,19 +44,21 @@ struct PySpecDecPP {
   }
 };
 
-inline constexpr const char* kInnerRuleNames = "Standard, Greedy, Ears, Fsd, ReducibleFsd or Sprinter";
+inline constexpr const char* kInnerRuleNames = "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter or Coupled";
 inline constexpr const char* kRuleNames =
-    "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter or SpecDecPP";
+    "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Coupled or SpecDecPP";
 
 /// Whether `rule` is a rule object SpecDecPP can wrap (any but SpecDecPP itself).
 inline bool is_inner_rule(py::handle rule) {
   return py::isinstance<Standard>(rule) || py::isinstance<Greedy>(rule) ||
          py::isinstance<Ears>(rule) || py::isinstance<Fsd>(rule) ||
-         py::isinstance<ReducibleFsd>(rule) || py::isinstance<PySprinter>(rule);
+         py::isinstance<ReducibleFsd>(rule) || py::isinstance<PySprinter>(rule) ||
+         py::isinstance<Coupled>(rule);
 }
 
-/// Calls fn with the C++ rule for the Python rule object `rule`. SpecDecPP may not nest.
-template <bool kOuter = true, class Fn>
+/// Calls fn with the C++ rule for the Python rule object `rule`. SpecDecPP may not nest, and has
+/// no tree form: for trees it raises here, before a tree verify is instantiated with it.
+template <Shape kShape, bool kOuter = true, class Fn>
 decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
   if (py::isinstance<Standard>(rule)) return fn(rule.cast<Standard>());
   if (py::isinstance<Greedy>(rule)) return fn(rule.cast<Greedy>());
@@ -63,14 +66,21 @@ decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
   if (py::isinstance<Fsd>(rule)) return fn(rule.cast<Fsd>());
   if (py::isinstance<ReducibleFsd>(rule)) return fn(rule.cast<ReducibleFsd>());
   if (py::isinstance<PySprinter>(rule)) return fn(rule.cast<const PySprinter&>().build(drafts));
+  if (py::isinstance<Coupled>(rule)) return fn(rule.cast<Coupled>());
   if constexpr (kOuter) {
     if (py::isinstance<PySpecDecPP>(rule)) {
-      const auto& s = rule.cast<const PySpecDecPP&>();
-      const float* probs = s.probs(drafts);
-      return with_rule<false>(s.inner, drafts, [&](const auto& inner) {
-        using Inner = std::decay_t<decltype(inner)>;
-        return fn(SpecDecPP<Inner>{s.threshold, probs, inner});
-      });
+      if constexpr (kShape == Shape::tree) {
+        throw py::type_error(
+            "specverify: SpecDecPP has no tree form (it decides where a chain stops); verify it with a "
+            "ChainBatch or LogitsChainBatch");
+      } else {
+        const auto& s = rule.cast<const PySpecDecPP&>();
+        const float* probs = s.probs(drafts);
+        return with_rule<kShape, false>(s.inner, drafts, [&](const auto& inner) {
+          using Inner = std::decay_t<decltype(inner)>;
+          return fn(SpecDecPP<Inner>{s.threshold, probs, inner});
+        });
+      }
     }
   }
   throw py::type_error(std::string("specverify: ") + (kOuter ? "rule" : "SpecDecPP.inner") +

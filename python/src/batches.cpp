@@ -1,0 +1,294 @@
+// Construction checks and per-call views of the batch, output and randomness objects.
+#include "batches.hpp"
+
+namespace specverify::python {
+
+namespace {
+
+std::string rows_needed(std::int64_t drafts, std::int32_t batch_size, const char* what) {
+  return "it needs N + B = " + std::to_string(drafts) + " + " + std::to_string(batch_size) + " rows (" + what + ")";
+}
+
+constexpr const char* kChainRows = "one per draft token plus one bonus row per sequence";
+constexpr const char* kTreeRows = "one per node plus one root row per sequence";
+
+/// parents int32 [N], like draft_tokens.
+Array as_parents(py::handle obj, const PyOffsets& offsets) {
+  Array a = as_array(obj, "parents", Elem::int32, 1);
+  expect_extent(a, "parents", 0, offsets.drafts(),
+                "it needs one parent per node (draft_tokens holds " + std::to_string(offsets.drafts()) + ")");
+  return a;
+}
+
+/// An optional per-sequence array [B].
+Array per_sequence(py::handle obj, const char* name, Elem elem, std::int32_t batch_size, bool optional = true) {
+  Array a = as_array(obj, name, elem, 1, false, optional);
+  if (a.present()) {
+    expect_extent(a, name, 0, batch_size, "the batch has B = " + std::to_string(batch_size) + " sequences");
+  }
+  return a;
+}
+
+}  // namespace
+
+PyChainBatch::PyChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft,
+                           py::handle row_max)
+    : offsets(offsets_, tokens, "draft_offsets"), batch_size(offsets.batch_size) {
+  const std::int64_t rows = drafts() + batch_size;
+  target_probs = as_rows(target, "target_probs", rows, rows_needed(drafts(), batch_size, kChainRows));
+  vocab_size = as_int32(target_probs.shape[1], "vocab size");
+  draft_probs = as_rows(draft, "draft_probs", drafts(),
+                        "it needs N = " + std::to_string(drafts()) + " rows (one per draft token)", true);
+  expect_row_length(draft_probs, "draft_probs", vocab_size,
+                    "its rows must be as long as target_probs' (V = " + std::to_string(vocab_size) + ")");
+  target_row_max = as_array(row_max, "target_row_max", Elem::float32, 1, false, true);
+  if (target_row_max.present()) {
+    expect_extent(target_row_max, "target_row_max", 0, rows,
+                  "it needs one value per target row (" + std::to_string(rows) + ")");
+  }
+}
+
+ChainBatch<float> PyChainBatch::view() const {
+  offsets.check_total();
+  return {batch_size,
+          vocab_size,
+          offsets.data(),
+          offsets.draft_tokens.as<const std::int32_t>(),
+          target_probs.as<const float>(),
+          draft_probs.as<const float>(),
+          target_probs.row_stride(),
+          draft_probs.present() ? draft_probs.row_stride() : 0,
+          target_row_max.as<const float>()};
+}
+
+PyTreeBatch::PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
+                         py::handle draft, Drafted drafted_)
+    : offsets(node_offsets, tokens, "node_offsets"),
+      parents(as_parents(parents_, offsets)),
+      drafted(drafted_),
+      batch_size(offsets.batch_size) {
+  const std::int64_t rows = drafts() + batch_size;
+  target_probs = as_rows(target, "target_probs", rows, rows_needed(drafts(), batch_size, kTreeRows));
+  vocab_size = as_int32(target_probs.shape[1], "vocab size");
+  draft_probs = as_rows(draft, "draft_probs", rows, rows_needed(drafts(), batch_size, kTreeRows) +
+                        ", laid out like target_probs", true);
+  expect_row_length(draft_probs, "draft_probs", vocab_size,
+                    "its rows must be as long as target_probs' (V = " + std::to_string(vocab_size) + ")");
+}
+
+TreeBatch<float> PyTreeBatch::view() const {
+  offsets.check_total();
+  TreeBatch<float> b;
+  b.batch_size = batch_size;
+  b.vocab_size = vocab_size;
+  b.node_offsets = offsets.data();
+  b.parents = parents.as<const std::int32_t>();
+  b.draft_tokens = offsets.draft_tokens.as<const std::int32_t>();
+  b.target_probs = target_probs.as<const float>();
+  b.draft_probs = draft_probs.as<const float>();
+  b.target_stride = target_probs.row_stride();
+  b.draft_stride = draft_probs.present() ? draft_probs.row_stride() : 0;
+  b.drafted = drafted;
+  return b;
+}
+
+PyLogitsFields::PyLogitsFields(py::handle target_params_, py::handle draft_params_, py::handle draft_to_target_,
+                               py::handle unconditional_logits_, py::handle unconditional_first_row_,
+                               py::handle guidance_scale_, py::handle allowed_tokens_, std::int32_t batch_size,
+                               std::int32_t vocab_size, std::int64_t target_rows)
+    : target_params(per_sequence(target_params_, "target_params", Elem::sampling_params, batch_size, false)),
+      draft_params(per_sequence(draft_params_, "draft_params", Elem::sampling_params, batch_size)),
+      draft_to_target(as_array(draft_to_target_, "draft_to_target", Elem::int32, 1, false, true)),
+      unconditional_logits(as_array(unconditional_logits_, "unconditional_logits", Elem::float32, 2, false, true)),
+      unconditional_first_row(per_sequence(unconditional_first_row_, "unconditional_first_row", Elem::int64, batch_size)),
+      guidance_scale(per_sequence(guidance_scale_, "guidance_scale", Elem::float32, batch_size)),
+      allowed_tokens(as_array(allowed_tokens_, "allowed_tokens", Elem::bits32, 2, false, true)) {
+  if (draft_to_target.present()) {
+    if (draft_to_target.rows() < 1) reject("draft_to_target must hold at least one target id, got none");
+    draft_vocab_size = as_int32(draft_to_target.rows(), "draft vocab size");
+  }
+  const std::string v = std::to_string(vocab_size);
+  if (unconditional_logits.present()) {
+    expect_row_length(unconditional_logits, "unconditional_logits", vocab_size,
+                      "its rows must be as long as the target's (V = " + v + ")");
+    expect_rows_apart(unconditional_logits, "unconditional_logits");
+  } else {
+    for (const Array* a : {&unconditional_first_row, &guidance_scale}) {
+      if (a->present()) {
+        reject(a == &guidance_scale ? "guidance_scale" : "unconditional_first_row",
+               " is given, but unconditional_logits is None (guidance needs the unconditional rows)");
+      }
+    }
+  }
+  if (allowed_tokens.present()) {
+    const std::int64_t words = (std::int64_t{vocab_size} + 31) / 32;
+    expect_extent(allowed_tokens, "allowed_tokens", 0, target_rows,
+                  "it needs one bitmask per target row (" + std::to_string(target_rows) + ")");
+    expect_extent(allowed_tokens, "allowed_tokens", 1, words,
+                  "it needs ceil(V / 32) = " + std::to_string(words) + " words per row (V = " + v + ")");
+    // The C++ field has no row stride.
+    if (allowed_tokens.shape[0] > 1 && allowed_tokens.strides[0] != words) {
+      reject("allowed_tokens: rows must be contiguous and adjacent (row stride ",
+             std::to_string(allowed_tokens.strides[0]), " != ", std::to_string(words), " words)");
+    }
+  }
+}
+
+template <class CppBatch>
+void PyLogitsFields::fill(CppBatch& batch, const PyOffsets& offsets) const {
+  if (unconditional_logits.present() && unconditional_first_row.present()) {
+    const std::int64_t available = unconditional_logits.rows();
+    const auto* first = unconditional_first_row.as<const std::int64_t>();
+    for (std::int32_t b = 0; b < offsets.batch_size; ++b) {
+      const std::int64_t count = offsets.count(b);
+      if (first[b] < 0 || count < 0) continue;  // -1: no guidance; below -1 or bad offsets: C++ says
+      if (first[b] > available - (count + 1)) {
+        reject("sequence ", std::to_string(b), ": unconditional_first_row = ", std::to_string(first[b]),
+               ", but its ", std::to_string(count + 1), " rows do not fit in unconditional_logits' ",
+               std::to_string(available), " rows");
+      }
+    }
+  }
+  batch.target_params = target_params.as<const SamplingParams>();
+  batch.draft_params = draft_params.as<const SamplingParams>();
+  batch.draft_vocab_size = draft_vocab_size;
+  batch.draft_to_target = draft_to_target.as<const std::int32_t>();
+  batch.unconditional_logits = unconditional_logits.as<const float>();
+  batch.unconditional_stride = unconditional_logits.present() ? unconditional_logits.row_stride() : 0;
+  batch.unconditional_first_row = unconditional_first_row.as<const std::int64_t>();
+  batch.guidance_scale = guidance_scale.as<const float>();
+  batch.allowed_tokens = allowed_tokens.as<const std::uint32_t>();
+}
+
+namespace {
+
+void expect_draft_length(const Array& draft, const PyLogitsFields& fields, std::int32_t vocab_size) {
+  const std::int32_t length = fields.draft_row_length(vocab_size);
+  expect_row_length(draft, "draft_logits", length,
+                    fields.draft_vocab_size > 0
+                        ? "its rows must be as long as draft_to_target (" + std::to_string(length) + ")"
+                        : "its rows must be as long as target_logits' (V = " + std::to_string(length) +
+                              "; pass draft_to_target for a reduced draft vocabulary)");
+}
+
+}  // namespace
+
+PyLogitsChainBatch::PyLogitsChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft,
+                                       py::handle target_params, py::handle draft_params,
+                                       py::handle draft_to_target, py::handle unconditional_logits,
+                                       py::handle unconditional_first_row, py::handle guidance_scale,
+                                       py::handle allowed_tokens)
+    : offsets(offsets_, tokens, "draft_offsets"),
+      target_logits(as_rows(target, "target_logits", drafts() + offsets.batch_size,
+                            rows_needed(drafts(), offsets.batch_size, kChainRows))),
+      draft_logits(as_rows(draft, "draft_logits", drafts(),
+                           "it needs N = " + std::to_string(drafts()) + " rows (one per draft token)", true)),
+      fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
+             guidance_scale, allowed_tokens, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
+             drafts() + offsets.batch_size),
+      batch_size(offsets.batch_size),
+      vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
+  expect_draft_length(draft_logits, fields, vocab_size);
+}
+
+LogitsChainBatch<float> PyLogitsChainBatch::view() const {
+  offsets.check_total();
+  LogitsChainBatch<float> b;
+  b.batch_size = batch_size;
+  b.vocab_size = vocab_size;
+  b.draft_offsets = offsets.data();
+  b.draft_tokens = offsets.draft_tokens.as<const std::int32_t>();
+  b.target_logits = target_logits.as<const float>();
+  b.draft_logits = draft_logits.as<const float>();
+  b.target_stride = target_logits.row_stride();
+  b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
+  fields.fill(b, offsets);
+  return b;
+}
+
+PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens,
+                                     py::handle target, py::handle draft, Drafted drafted_,
+                                     py::handle target_params, py::handle draft_params,
+                                     py::handle draft_to_target, py::handle unconditional_logits,
+                                     py::handle unconditional_first_row, py::handle guidance_scale,
+                                     py::handle allowed_tokens)
+    : offsets(node_offsets, tokens, "node_offsets"),
+      parents(as_parents(parents_, offsets)),
+      target_logits(as_rows(target, "target_logits", drafts() + offsets.batch_size,
+                            rows_needed(drafts(), offsets.batch_size, kTreeRows))),
+      draft_logits(as_rows(draft, "draft_logits", drafts() + offsets.batch_size,
+                           rows_needed(drafts(), offsets.batch_size, kTreeRows) + ", laid out like target_logits",
+                           true)),
+      drafted(drafted_),
+      fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
+             guidance_scale, allowed_tokens, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
+             drafts() + offsets.batch_size),
+      batch_size(offsets.batch_size),
+      vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
+  expect_draft_length(draft_logits, fields, vocab_size);
+}
+
+LogitsTreeBatch<float> PyLogitsTreeBatch::view() const {
+  offsets.check_total();
+  LogitsTreeBatch<float> b;
+  b.batch_size = batch_size;
+  b.vocab_size = vocab_size;
+  b.node_offsets = offsets.data();
+  b.parents = parents.as<const std::int32_t>();
+  b.draft_tokens = offsets.draft_tokens.as<const std::int32_t>();
+  b.target_logits = target_logits.as<const float>();
+  b.draft_logits = draft_logits.as<const float>();
+  b.target_stride = target_logits.row_stride();
+  b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
+  b.drafted = drafted;
+  fields.fill(b, offsets);
+  return b;
+}
+
+PyOutput::PyOutput(py::handle tokens_, py::handle num_accepted_, py::handle accepted_nodes_, py::handle logprobs_)
+    : tokens(as_array(tokens_, "tokens", Elem::int32, 2, true)),
+      num_accepted(as_array(num_accepted_, "num_accepted", Elem::int32, 1, true)),
+      accepted_nodes(as_array(accepted_nodes_, "accepted_nodes", Elem::int32, 2, true, true)),
+      logprobs(as_array(logprobs_, "logprobs", Elem::float32, 2, true, true)) {
+  as_int32(tokens.shape[1], "tokens row width");
+  expect_extent(num_accepted, "num_accepted", 0, tokens.shape[0],
+                "tokens has " + std::to_string(tokens.shape[0]) + " rows");
+  // The C++ outputs have no row stride: row b starts at b * row_width.
+  for (const auto& [a, name] : {std::pair{&tokens, "tokens"}, {&accepted_nodes, "accepted_nodes"}, {&logprobs, "logprobs"}}) {
+    if (!a->present()) continue;
+    if (a != &tokens && a->shape != tokens.shape) {
+      reject(name, " has shape ", detail::describe_shape(a->shape), ", but it must be shaped like tokens ",
+             detail::describe_shape(tokens.shape));
+    }
+    if (a->shape[0] > 1 && a->strides[0] != a->shape[1]) {
+      reject(name, ": rows must be contiguous and adjacent (row stride ", std::to_string(a->strides[0]),
+             " != row width ", std::to_string(a->shape[1]), ")");
+    }
+  }
+}
+
+void PyOutput::expect_batch(std::int32_t batch_size) const {
+  expect_extent(tokens, "tokens", 0, batch_size, "the batch has B = " + std::to_string(batch_size) + " sequences");
+}
+
+Randomness PyRandomness::view(std::int64_t batch_size, std::int64_t drafts) const {
+  const std::string b = std::to_string(batch_size);
+  for (const auto& [a, name] : {std::pair{&sequence_seeds, "sequence_seeds"}, {&sample_uniforms, "sample_uniforms"},
+                                {&positions, "positions"}}) {
+    if (a->present()) expect_extent(*a, name, 0, batch_size, "the batch has B = " + b + " sequences");
+  }
+  if (accept_uniforms.present()) {
+    expect_extent(accept_uniforms, "accept_uniforms", 0, drafts,
+                  "it needs one uniform per draft token (" + std::to_string(drafts) + ")");
+  }
+  Randomness r;
+  r.seed = seed;
+  r.offset = offset;
+  r.sequence_seeds = sequence_seeds.as<const std::uint64_t>();
+  r.accept_uniforms = accept_uniforms.as<const float>();
+  r.sample_uniforms = sample_uniforms.as<const float>();
+  r.positions = positions.as<const std::int64_t>();
+  return r;
+}
+
+}  // namespace specverify::python

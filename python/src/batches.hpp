@@ -1,0 +1,198 @@
+// The Python batch, output and randomness objects: each views its arrays once (shapes checked
+// against each other at construction) and builds its C++ struct per call with view() (checks that
+// read data, such as the offsets' total, happen then, with the GIL held).
+//
+// A batch type is a struct with batch_size, drafts() (entries indexed like draft_tokens), view()
+// and kShape (whether rules that cut chains apply to it).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include <specverify/specverify.hpp>
+
+#include "arrays.hpp"
+
+namespace specverify::python {
+
+/// Chains or trees: SpecDecPP (which decides chain lengths) has no tree form.
+enum class Shape { chain, tree };
+
+/// draft_offsets (chains) or node_offsets (trees) int32 [B+1] and draft_tokens int32 [N].
+struct PyOffsets {
+  Array offsets, draft_tokens;
+  const char* offsets_name;
+  std::int32_t batch_size = 0;
+
+  PyOffsets(py::handle offsets_, py::handle tokens, const char* name)
+      : offsets(as_array(offsets_, name, Elem::int32, 1)),
+        draft_tokens(as_array(tokens, "draft_tokens", Elem::int32, 1)),
+        offsets_name(name) {
+    if (offsets.rows() < 1) reject(name, " must hold B + 1 >= 1 offsets, got none");
+    batch_size = as_int32(offsets.rows() - 1, "batch size");
+  }
+
+  std::int64_t drafts() const { return draft_tokens.rows(); }
+  const std::int32_t* data() const { return offsets.as<const std::int32_t>(); }
+
+  /// Read at every call: the caller may have rewritten the offsets since construction. The C++
+  /// side validates the offsets themselves.
+  void check_total() const {
+    const std::int32_t total = data()[batch_size];
+    if (batch_size > 0 && total != drafts()) {
+      reject(offsets_name, "[B] = ", std::to_string(total), " but draft_tokens holds ",
+             std::to_string(drafts()), " tokens");
+    }
+  }
+
+  /// Sequence b's entries (drafts or nodes), or -1 where the offsets decrease (C++ rejects them).
+  std::int64_t count(std::int32_t b) const {
+    const std::int64_t n = std::int64_t{data()[b + 1]} - data()[b];
+    return n < 0 ? -1 : n;
+  }
+};
+
+/// Rows of V values (probabilities or logits): float32 [rows, V], rows may be strided.
+inline Array as_rows(py::handle obj, const char* name, std::int64_t rows, const std::string& why,
+                     bool optional = false) {
+  Array a = as_array(obj, name, Elem::float32, 2, false, optional);
+  if (!a.present()) return a;
+  expect_extent(a, name, 0, rows, why);
+  expect_rows_apart(a, name);
+  return a;
+}
+
+inline void expect_row_length(const Array& a, const char* name, std::int64_t length, const std::string& why) {
+  if (a.present()) expect_extent(a, name, 1, length, why);
+}
+
+/// ChainBatch: draft_offsets int32 [B+1], draft_tokens int32 [N], target_probs float32 [N+B, V],
+/// draft_probs float32 [N, V] or None, target_row_max float32 [N+B] or None.
+struct PyChainBatch {
+  static constexpr Shape kShape = Shape::chain;
+  PyOffsets offsets;
+  Array target_probs, draft_probs, target_row_max;
+  std::int32_t batch_size = 0;
+  std::int32_t vocab_size = 0;
+
+  PyChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft, py::handle row_max);
+  std::int64_t drafts() const { return offsets.drafts(); }
+  ChainBatch<float> view() const;
+};
+
+/// TreeBatch: node_offsets int32 [B+1], parents int32 [N], draft_tokens int32 [N], target_probs
+/// float32 [N+B, V], draft_probs float32 [N+B, V] or None (deterministic children).
+struct PyTreeBatch {
+  static constexpr Shape kShape = Shape::tree;
+  PyOffsets offsets;
+  Array parents, target_probs, draft_probs;
+  Drafted drafted;
+  std::int32_t batch_size = 0;
+  std::int32_t vocab_size = 0;
+
+  PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
+              py::handle draft, Drafted drafted_);
+  std::int64_t drafts() const { return offsets.drafts(); }
+  TreeBatch<float> view() const;
+};
+
+/// What LogitsChainBatch and LogitsTreeBatch add to their layouts: sampling parameters, the
+/// reduced draft vocabulary, guidance and the grammar bitmask.
+struct PyLogitsFields {
+  Array target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
+      guidance_scale, allowed_tokens;
+  std::int32_t draft_vocab_size = 0;  // 0: the target's
+
+  PyLogitsFields(py::handle target_params_, py::handle draft_params_, py::handle draft_to_target_,
+                 py::handle unconditional_logits_, py::handle unconditional_first_row_,
+                 py::handle guidance_scale_, py::handle allowed_tokens_, std::int32_t batch_size,
+                 std::int32_t vocab_size, std::int64_t target_rows);
+
+  /// The draft rows' length: len(draft_to_target), else V.
+  std::int32_t draft_row_length(std::int32_t vocab_size) const {
+    return draft_vocab_size > 0 ? draft_vocab_size : vocab_size;
+  }
+  /// Every guided sequence's k_b + 1 rows lie within unconditional_logits (C++ cannot know its
+  /// length), then the fields into the C++ batch.
+  template <class CppBatch>
+  void fill(CppBatch& batch, const PyOffsets& offsets) const;
+};
+
+/// LogitsChainBatch: ChainBatch's layout with rows of logits, target_logits float32 [N+B, V],
+/// draft_logits float32 [N, Vd] or None (one-hot), and the PyLogitsFields.
+struct PyLogitsChainBatch {
+  static constexpr Shape kShape = Shape::chain;
+  PyOffsets offsets;
+  Array target_logits, draft_logits;
+  PyLogitsFields fields;
+  std::int32_t batch_size = 0;
+  std::int32_t vocab_size = 0;
+
+  PyLogitsChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft,
+                     py::handle target_params, py::handle draft_params, py::handle draft_to_target,
+                     py::handle unconditional_logits, py::handle unconditional_first_row,
+                     py::handle guidance_scale, py::handle allowed_tokens);
+  std::int64_t drafts() const { return offsets.drafts(); }
+  LogitsChainBatch<float> view() const;
+};
+
+/// LogitsTreeBatch: TreeBatch's layout with rows of logits (draft_logits float32 [N+B, Vd] or
+/// None) and the PyLogitsFields.
+struct PyLogitsTreeBatch {
+  static constexpr Shape kShape = Shape::tree;
+  PyOffsets offsets;
+  Array parents, target_logits, draft_logits;
+  Drafted drafted;
+  PyLogitsFields fields;
+  std::int32_t batch_size = 0;
+  std::int32_t vocab_size = 0;
+
+  PyLogitsTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
+                    py::handle draft, Drafted drafted_, py::handle target_params, py::handle draft_params,
+                    py::handle draft_to_target, py::handle unconditional_logits,
+                    py::handle unconditional_first_row, py::handle guidance_scale, py::handle allowed_tokens);
+  std::int64_t drafts() const { return offsets.drafts(); }
+  LogitsTreeBatch<float> view() const;
+};
+
+/// ChainOutput / TreeOutput: tokens int32 [B, row_width] with adjacent rows, num_accepted int32
+/// [B]; optional logprobs float32 and (trees) accepted_nodes int32, both shaped like tokens.
+struct PyOutput {
+  Array tokens, num_accepted, accepted_nodes, logprobs;
+
+  PyOutput(py::handle tokens_, py::handle num_accepted_, py::handle accepted_nodes_, py::handle logprobs_);
+  std::int32_t row_width() const { return static_cast<std::int32_t>(tokens.shape[1]); }
+  void expect_batch(std::int32_t batch_size) const;
+};
+
+struct PyChainOutput : PyOutput {
+  PyChainOutput(py::handle tokens_, py::handle num_accepted_, py::handle logprobs_)
+      : PyOutput(tokens_, num_accepted_, py::none(), logprobs_) {}
+  ChainOutput view(std::int32_t batch_size) const {
+    expect_batch(batch_size);
+    return {tokens.as<std::int32_t>(), row_width(), num_accepted.as<std::int32_t>(), logprobs.as<float>()};
+  }
+};
+
+struct PyTreeOutput : PyOutput {
+  using PyOutput::PyOutput;
+  TreeOutput view(std::int32_t batch_size) const {
+    expect_batch(batch_size);
+    return {tokens.as<std::int32_t>(), row_width(), num_accepted.as<std::int32_t>(),
+            accepted_nodes.as<std::int32_t>(), logprobs.as<float>()};
+  }
+};
+
+/// Randomness: seed and offset, optional sequence_seeds uint64/int64 [B], accept_uniforms
+/// float32 [N], sample_uniforms float32 [B], positions int64 [B].
+struct PyRandomness {
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  Array sequence_seeds, accept_uniforms, sample_uniforms, positions;
+
+  Randomness view(std::int64_t batch_size, std::int64_t drafts) const;
+};
+
+}  // namespace specverify::python

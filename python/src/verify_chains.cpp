@@ -1,0 +1,11 @@
+// verify() over a ChainBatch, for every rule.
+#include "verify_batch.hpp"
+
+namespace specverify::python {
+
+VerifyStats verify_chains(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
+                          const PyChainOutput& out, std::int32_t max_threads) {
+  return verify_batch(rule, batch, randomness, out, max_threads);
+}
+
+}  // namespace specverify::python
