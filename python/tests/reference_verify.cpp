@@ -4,7 +4,7 @@
 //   reference_verify DIR    reads DIR/spec.txt and the arrays beside it, writes DIR/out_*
 //
 // spec.txt: "B V row_width seed offset has_q has_seeds" then the rule: standard | greedy |
-// ears BETA | fsd DIV THRESHOLD | rfsd DIV THRESHOLD | sprinter ETA | specdecpp THRESHOLD RULE...
+// ears BETA | fsd DIV THRESHOLD | ... (reference_rules.hpp; no coupled: it needs positions)
 // Arrays: offsets.i32 [B+1], tokens.i32 [N], p.f32 [N+B][V], q.f32 [N][V], seeds.u64 [B],
 // scores.f32 [N] (sprinter), accept.f32 [N] (specdecpp), all native-endian and contiguous.
 #include <cstdint>
@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <specverify/specverify.hpp>
+
+#include "reference_rules.hpp"
 
 namespace {
 
@@ -35,44 +37,6 @@ template <class T>
 void write(const std::string& path, const std::vector<T>& v) {
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
-}
-
-sv::Divergence divergence(const std::string& name) {
-  if (name == "kl_target_draft") return sv::Divergence::kl_target_draft;
-  if (name == "kl_draft_target") return sv::Divergence::kl_draft_target;
-  if (name == "js") return sv::Divergence::js;
-  if (name == "js_fsd") return sv::Divergence::js_fsd;
-  if (name == "tv") return sv::Divergence::tv;
-  throw std::runtime_error("unknown divergence " + name);
-}
-
-struct Inputs {
-  const float* scores;
-  const float* accept;
-};
-
-// Calls fn with the rule the words name; SpecDecPP's inner rule follows its threshold.
-template <bool kOuter = true, class Fn>
-void with_rule(std::istream& words, const Inputs& in, Fn&& fn) {
-  std::string name;
-  words >> name;
-  float a = 0;
-  std::string d;
-  if (name == "standard") return fn(sv::Standard{});
-  if (name == "greedy") return fn(sv::Greedy{});
-  if (name == "ears") return words >> a, fn(sv::Ears{a});
-  if (name == "fsd") return words >> d >> a, fn(sv::Fsd{divergence(d), a});
-  if (name == "rfsd") return words >> d >> a, fn(sv::ReducibleFsd{divergence(d), a});
-  if (name == "sprinter") return words >> a, fn(sv::Sprinter{a, in.scores});
-  if constexpr (kOuter) {
-    if (name == "specdecpp") {
-      words >> a;
-      return with_rule<false>(words, in, [&](const auto& inner) {
-        fn(sv::SpecDecPP<std::decay_t<decltype(inner)>>{a, in.accept, inner});
-      });
-    }
-  }
-  throw std::runtime_error("unknown rule " + name);
 }
 
 }  // namespace
@@ -108,7 +72,7 @@ int main(int argc, char** argv) {
     sv::Randomness randomness{seed, offset, has_seeds ? seeds.data() : nullptr};
     std::vector<std::int32_t> out_tokens(static_cast<std::size_t>(B) * width), out_accepted(B);
     sv::ChainOutput out{out_tokens.data(), width, out_accepted.data()};
-    with_rule(words, Inputs{scores.data(), accept.data()}, [&](const auto& rule) {
+    reference::with_rule<true>(words, reference::RuleInputs{scores.data(), accept.data()}, [&](const auto& rule) {
       const sv::VerifyStats s = sv::verify(rule, batch, randomness, out);
       std::ofstream(dir + "out_stats.txt") << s.drafted << ' ' << s.accepted << ' ' << s.relaxed
                                            << ' ' << s.target_checked << '\n';

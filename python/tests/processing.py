@@ -1,0 +1,55 @@
+"""A NumPy reference of API.md's seven steps, logits row -> p, in float64; and small builders."""
+import numpy as np
+
+
+def processed_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+                    unconditional=None, scale=None, allowed=None):
+    """p from one row of logits: guidance, bitmask, temperature, top_k, top_p, min_p, renormalise.
+    `allowed` is a boolean mask over the row (True = allowed)."""
+    l = np.asarray(logits, np.float64).copy()
+    if unconditional is not None:                        # 1. guidance
+        u = np.asarray(unconditional, np.float64)
+        l = u + scale * (l - u)
+    if allowed is not None:                              # 2. the bitmask
+        l[~np.asarray(allowed, bool)] = -np.inf
+    top = l.max()
+    if temperature == 0:                                 # 3. T = 0: one-hot on argmax
+        p = np.zeros_like(l)
+        p[int(np.argmax(l))] = 1.0
+        return p
+    w = np.exp((l - top) / temperature)
+    keep = np.isfinite(l)
+    if top_k > 0 and top_k < l.size:                     # 4. top_k: >= the k-th largest, ties kept
+        keep &= l >= np.sort(l)[::-1][top_k - 1]
+    if top_p < 1.0:                                      # 5. smallest top set reaching top_p, plus ties
+        p = np.where(keep, w, 0.0) / np.where(keep, w, 0.0).sum()
+        ordered = np.sort(p)[::-1]
+        reach = int(np.searchsorted(np.cumsum(ordered), top_p * (1 - 1e-12)))
+        keep &= p >= ordered[min(reach, ordered.size - 1)]
+    if min_p > 0.0:                                      # 6. min_p against the largest p
+        kept = np.where(keep, w, 0.0)
+        keep &= kept >= min_p * kept.max()
+    p = np.where(keep, w, 0.0)                           # 7. renormalise
+    return p / p.sum()
+
+
+def params_dict(row):
+    """The keyword arguments of processed_probs from one entry of a SamplingParams array."""
+    return dict(temperature=float(row["temperature"]), top_k=int(row["top_k"]), top_p=float(row["top_p"]),
+                min_p=float(row["min_p"]))
+
+
+def bitmask(allowed):
+    """Boolean [rows, V] -> uint32 [rows, ceil(V/32)], bit v % 32 of word v / 32 (the xgrammar layout)."""
+    allowed = np.atleast_2d(np.asarray(allowed, bool))
+    rows, V = allowed.shape
+    words = np.zeros((rows, (V + 31) // 32), np.uint32)
+    for v in range(V):
+        words[:, v // 32] |= allowed[:, v].astype(np.uint32) << np.uint32(v % 32)
+    return words
+
+
+def log_softmax_rows(logits):
+    l = np.asarray(logits, np.float64)
+    l = l - l.max(axis=-1, keepdims=True)
+    return l - np.log(np.exp(l).sum(axis=-1, keepdims=True))
