@@ -7,6 +7,7 @@
 #include "specverify/cpu/verify.hpp"
 #include "specverify/philox.hpp"
 #include "specverify/rule.hpp"
+#include "specverify/rules/block.hpp"
 #include "specverify/rules/ears.hpp"
 #include "specverify/rules/fsd.hpp"
 #include "specverify/rules/specdecpp.hpp"
