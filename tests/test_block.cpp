@@ -455,6 +455,58 @@ TEST(BlockCost, AllAcceptedChainMakesNoMassPass) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The CPU's vectorised plain-residual passes against the generic element-by-element ones.
+
+TEST(BlockRows, ScaledResidualMatchesTheScalarResidual) {
+  std::mt19937_64 rng(71);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  for (const std::int32_t V : {1, 7, 100, 1000, 5000, 128256}) {
+    const auto p = testing::random_distribution(V, rng), q = testing::random_distribution(V, rng);
+    const cpu::Rows<> rows{V};
+    for (const double scale : {1.0, 0.37, 1e-3}) {
+      for (const bool has_q : {true, false}) {
+        for (const std::int32_t x : {0, V / 2, V - 1, kNoToken}) {
+          core::Residual<const float*> r;
+          r.p = p.data();
+          r.q = has_q ? q.data() : nullptr;
+          r.has_q = has_q;
+          r.p_scale = scale;
+          const auto scalar = core::residual_mass(rows, r, x);
+          const auto fast = rows.mass(r, x);
+          ASSERT_TRUE(fast.ok);
+          ASSERT_NEAR(fast.value, scalar.value, 1e-12 * std::max(1.0, scalar.value)) << V << " " << scale << " " << x;
+          for (int t = 0; t < 20; ++t) {
+            const float u = uniform(rng);
+            ASSERT_EQ(rows.draw(r, x, u).value, core::residual_draw(rows, r, x, u).value)
+                << "V " << V << " scale " << scale << " x " << x << " u " << u;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockRows, ScaledResidualFindsBadValues) {
+  constexpr std::int32_t V = 5000;
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1e-3f}) {
+    for (const std::int32_t at : {3, 2500, V - 1}) {
+      for (const bool in_q : {false, true}) {
+        std::vector<float> p(V, 1.0f / V), q(V, 1.0f / V);
+        (in_q ? q : p)[std::size_t(at)] = bad;
+        core::Residual<const float*> r;
+        r.p = p.data();
+        r.q = q.data();
+        r.has_q = true;
+        r.p_scale = 0.5;
+        const cpu::Rows<> rows{V};
+        EXPECT_FALSE(rows.mass(r, 1).ok);
+        EXPECT_FALSE(rows.draw(r, 1, 0.5f).ok);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Bad input: named, nothing written.
 
 template <class Rule>
