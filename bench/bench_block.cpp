@@ -8,11 +8,14 @@
 //               most expensive walk on Standard's residual path
 //   block_keeps Standard keeps nothing, Block keeps K - 1 drafts (u_{K-1} < h_{K-1}) and draws the
 //               extra token from the scaled residual max(p_{K-1} P - Q, 0)
-// Each draft is its position's most likely token under q with p(x) / q(x) in [0.3, 0.7], so every
-// p_i lies strictly in (0, 1) and the h_i are not all 0.
+//   sampled     drafts sampled from q (draft logits = target logits + N(0, 1)), Philox uniforms:
+//               the mix of paths a decode sees (accepted_* count the drafts each kept per step)
+// On the four forced paths each draft is its position's most likely token under q with p(x) / q(x)
+// in [0.3, 0.7], so every p_i lies strictly in (0, 1) and the h_i are not all 0.
 // Counters, per step:
-//   block_ms, standard_ms   the fastest step of each (they alternate on the same batch and
-//                 uniforms, so both see the same load); Time is Block's mean step
+//   block_ms, standard_ms   the fastest step of each; every iteration times Standard, Block and
+//                 the two read passes side by side (same load, same cache state); Time is
+//                 Block's mean step
 //   x_standard    Block's time / Standard's: Block's extra cost
 //   x_read        Block's time / a vectorised read of the distinct rows Block must read
 //   std_x_read    Standard's time / a read of the rows Standard must read
@@ -35,11 +38,12 @@ namespace {
 constexpr std::int32_t kB = 64, kK = 5, kV = 128256;
 constexpr float kJustBelowOne = 0.99999994f;
 
-enum class Path { accepted, rejected, rejected_z, block_keeps };
+enum class Path { accepted, rejected, rejected_z, block_keeps, sampled };
 
 /// One batch for every path: tile_batch's rows, drafts chosen as above.
 struct Fixture {
   SyntheticBatch s = tile_batch(kB, kK, kV, false, 17);
+  std::vector<std::int32_t> sampled_tokens = s.tokens, forced_tokens;
   std::vector<double> weight, h;  // p_i and h_i (i = 1 .. K, chain-major; h_K = p_K)
 
   Fixture() {
@@ -69,6 +73,7 @@ struct Fixture {
         h.push_back(z / (z + 1 - wi));
       }
     }
+    forced_tokens = s.tokens;
   }
   const float* p_row(std::int32_t b, std::int32_t j) const { return s.p.data() + (std::size_t(b) * (kK + 1) + j) * kV; }
   const float* q_row(std::int32_t b, std::int32_t j) const { return s.q.data() + (std::size_t(b) * kK + j) * kV; }
@@ -89,8 +94,8 @@ struct Fixture {
 
   /// Distinct rows each rule must read per step on `path`.
   std::vector<const float*> rows(Path path, bool block) const {
-    std::vector<const float*> r;
-    for (std::int32_t b = 0; b < kB; ++b) {
+    std::vector<const float*> r;  // none for sampled: that depends on the outcome
+    for (std::int32_t b = 0; path != Path::sampled && b < kB; ++b) {
       if (path == Path::accepted) {
         r.push_back(p_row(b, kK));  // the bonus draw
         continue;
@@ -121,16 +126,8 @@ double seconds(const Body& body) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-/// The best of a few timings of one call of `body`.
-template <class Body>
-double best_of(int reps, const Body& body) {
-  double best = 1e300;
-  for (int r = 0; r < reps; ++r) best = std::min(best, seconds(body));
-  return best;
-}
-
 double read_time(const std::vector<const float*>& rows) {
-  return best_of(5, [&] {
+  return seconds([&] {
     float sum = 0;
     for (const float* row : rows) sum += read_pass(row, kV);
     benchmark::DoNotOptimize(sum);
@@ -146,20 +143,28 @@ void BlockVersusStandard(benchmark::State& state, Path path) {
   Fixture& f = fixture();
   const std::vector<float> u = f.uniforms(path);
   Randomness r{3};
-  r.accept_uniforms = u.data();
+  f.s.tokens = path == Path::sampled ? f.sampled_tokens : f.forced_tokens;
+  if (path == Path::sampled) {
+    state.counters["accepted_standard"] = double(step<Standard>(f, r).accepted);
+    state.counters["accepted_block"] = double(step<Block>(f, r).accepted);
+  } else {
+    r.accept_uniforms = u.data();
+  }
   const std::int64_t standard_expected = path == Path::accepted ? std::int64_t{kB} * kK : 0;
   const std::int64_t block_expected =
       path == Path::accepted ? std::int64_t{kB} * kK : path == Path::block_keeps ? std::int64_t{kB} * (kK - 1) : 0;
-  if (step<Standard>(f, r).accepted != standard_expected || step<Block>(f, r).accepted != block_expected) {
+  if (path != Path::sampled &&
+      (step<Standard>(f, r).accepted != standard_expected || step<Block>(f, r).accepted != block_expected)) {
     state.SkipWithError("the batch did not take the intended path");
     return;
   }
-  // Standard and Block alternate step by step, so both see the same load; minima compare.
+  // Each iteration times the four side by side (same load, same cache state); minima compare.
   const auto block_rows = f.rows(path, true), standard_rows = f.rows(path, false);
-  const double read_block = read_time(block_rows), read_standard = read_time(standard_rows);
-  double standard = 1e300, block = 1e300;
+  double read_block = 1e300, read_standard = 1e300, standard = 1e300, block = 1e300;
   for (auto _ : state) {
+    read_standard = std::min(read_standard, read_time(standard_rows));
     standard = std::min(standard, seconds([&] { benchmark::DoNotOptimize(step<Standard>(f, r)); }));
+    read_block = std::min(read_block, read_time(block_rows));
     const double t = seconds([&] { benchmark::DoNotOptimize(step<Block>(f, r)); });
     block = std::min(block, t);
     state.SetIterationTime(t);
@@ -167,6 +172,7 @@ void BlockVersusStandard(benchmark::State& state, Path path) {
   state.counters["block_ms"] = block * 1e3;
   state.counters["standard_ms"] = standard * 1e3;
   state.counters["x_standard"] = block / standard;
+  if (path == Path::sampled) return;
   state.counters["x_read"] = block / read_block;
   state.counters["std_x_read"] = standard / read_standard;
   state.counters["rows_block"] = double(block_rows.size());
@@ -177,7 +183,8 @@ const bool registered = [] {
   const std::pair<const char*, Path> paths[] = {{"accepted", Path::accepted},
                                                 {"rejected", Path::rejected},
                                                 {"rejected_z", Path::rejected_z},
-                                                {"block_keeps", Path::block_keeps}};
+                                                {"block_keeps", Path::block_keeps},
+                                                {"sampled", Path::sampled}};
   for (const auto& [name, path] : paths) {
     const std::string full = std::string("block_vs_standard/") + name + "/B64/K5/V128256";
     benchmark::RegisterBenchmark(full.c_str(), BlockVersusStandard, path)
