@@ -252,6 +252,8 @@ void expect_matches_reference(std::int32_t V, std::int32_t max_k, std::int32_t c
   r.accept_uniforms = u.data();
   r.sample_uniforms = u_extra.data();
   ChainOutput out = c.output();
+  std::vector<float> logprobs(c.out_tokens.size(), 7.0f);
+  out.logprobs = logprobs.data();
   const VerifyStats stats = verify(Block{}, c.batch(), r, out);
   std::int64_t accepted = 0, drafted = 0;
   for (std::int32_t b = 0; b < chains; ++b) {
@@ -260,6 +262,13 @@ void expect_matches_reference(std::int32_t V, std::int32_t max_k, std::int32_t c
     ASSERT_EQ(c.accepted[b] + 1, std::int32_t(expected.size())) << "sequence " << b;
     for (std::size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(c.token(b, std::int32_t(i)), expected[i]) << "sequence " << b << " token " << i;
     for (std::int32_t i = c.accepted[b] + 1; i < c.width; ++i) ASSERT_EQ(c.token(b, i), kNoToken);
+    for (std::int32_t i = 0; i < c.width; ++i) {  // log p of each emitted token under its row; the rest untouched
+      const float lp = logprobs[std::size_t(b) * std::size_t(c.width) + std::size_t(i)];
+      const float expected_lp = i <= c.accepted[b]
+          ? float(std::log(double(all[std::size_t(b)].P[std::size_t(i)][std::size_t(c.token(b, i))])))
+          : 7.0f;
+      ASSERT_EQ(lp, expected_lp) << "sequence " << b << " slot " << i;
+    }
     for (std::int32_t i = 0; i < c.accepted[b]; ++i) ASSERT_GT(all[std::size_t(b)].P[std::size_t(i)][std::size_t(c.token(b, i))], 0.0f);
     accepted += c.accepted[b];
     drafted += std::int64_t(all[std::size_t(b)].x.size());

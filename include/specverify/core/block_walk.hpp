@@ -92,7 +92,6 @@ SPECVERIFY_HD WalkResult block_walk(const Rule&, const Layout& layout, const Sou
         q_x = rows.value(rows.open(source.draft_row(b, q_row)), x);
         if (!valid_probability_value(q_x)) return detail::fail(r, FaultKind::bad_value, node, node, -1, q_row, x, q_x);
       }
-      if (logprobs && hi == k) logprobs[node] = static_cast<float>(::log(static_cast<double>(p_x)));
       if (i - 1 > lo && i - 1 <= hi) steps[i - 2 - lo].p_next = p_x;
       const double a = p * static_cast<double>(p_x);
       if (i == k) {
@@ -143,6 +142,10 @@ SPECVERIFY_HD WalkResult block_walk(const Rule&, const Layout& layout, const Sou
   r.accepted = tau;
   r.last_node = tau - 1;
   r.target_checked = k;  // every position's p entered p_k
+  for (std::int32_t j = 0; logprobs && j < tau; ++j) {  // only the emitted slots are written
+    const View p = rows.open(source.target_row(b, layout.target_row(b, j - 1)));
+    logprobs[j] = detail::log_p(rows, p, layout.token(b, j));
+  }
 
   // The extra token, from row tau.
   const float u = sample_uniform(randomness, b);
