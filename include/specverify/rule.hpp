@@ -18,6 +18,14 @@
 //                                                     //   where the data lives: host or device)
 //   };
 //
+// A joint rule decides a whole chain at once, so it has no per-draft decide(): it names the
+// core's joint walk instead, which reads rows through the same row operations (Block):
+//
+//   struct Block {
+//     static constexpr Joint joint = Joint::block;    // core/block_walk.hpp decides the chain
+//     static constexpr Draw on_reject = Draw::residual;
+//   };
+//
 // examples/custom_rule.cpp writes Medusa's typical acceptance this way, outside the library.
 #pragma once
 
@@ -34,6 +42,13 @@ enum class Draw {
   target,    // from p
   argmax,    // argmax p, lowest index on ties
   coupled,   // the Gumbel-max sample keyed by (seed, position, token): sample() of the row
+};
+
+/// How a rule decides a chain: draft by draft through decide() (the default), or jointly by one
+/// of the core's joint walks (chains only; a joint rule has no decide()).
+enum class Joint {
+  none,   // per draft: the first rejection ends the chain
+  block,  // block verification (Sun et al. 2024): core/block_walk.hpp
 };
 
 /// Divergences D(p, q) for FSD-style rules, natural log (API.md "Divergence").
@@ -124,6 +139,10 @@ struct has_check_draft : std::false_type {};
 template <class R>
 struct has_check_draft<R, std::void_t<decltype(std::declval<const R&>().check_draft(0))>>
     : std::true_type {};
+template <class, class = void>
+struct has_joint : std::false_type {};
+template <class R>
+struct has_joint<R, std::void_t<decltype(R::joint)>> : std::true_type {};
 }  // namespace detail
 
 /// The core's view of a rule: its required members and the defaults for the optional ones.
@@ -135,6 +154,13 @@ struct rule_traits {
       return Rule::on_bonus;
     } else {
       return Draw::target;
+    }
+  }();
+  static constexpr Joint joint = [] {
+    if constexpr (detail::has_joint<Rule>::value) {
+      return Rule::joint;
+    } else {
+      return Joint::none;
     }
   }();
 

@@ -4,7 +4,8 @@
 //   sampled:                      q
 //   sampled_without_replacement:  q without c_1 .. c_{i-1}, renormalised (Jeon et al. 2024)
 //   deterministic, one-hot draft: e_{c_i} (the target-only form: r(c_i) <- 0, renormalised)
-// A chain never has a second sibling, so its residual is always the plain max(p - q, 0).
+// A chain never has a second sibling, so its residual is always the plain max(p - q, 0), or, for
+// block verification (core/block_walk.hpp), the scaled max(s p - q, 0): r_1 = s p, s = p_scale.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@ inline constexpr std::int32_t kMaxSiblings = 64;
 template <class View>
 struct Residual {
   View p{}, q{};
+  double p_scale = 1;  // s in r_1 = s * p: 1 but in block verification's residual (trees never scale)
   bool has_q = false;  // false: every q_i is one-hot on its child
   Drafted drafted = Drafted::sampled;
   std::int32_t steps = 0;              // siblings absorbed so far
@@ -45,11 +47,11 @@ struct Residual {
   }
   SPECVERIFY_HD double current_scale() const { return removed < 1.0 ? 1.0 / (1.0 - removed) : 0.0; }
 
-  /// r_{steps+1}(v): p with every absorbed sibling's step applied.
+  /// r_{steps+1}(v): s p with every absorbed sibling's step applied.
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD double at(Rows& rows, std::int32_t v) const {
-    double r = rows.value(p, v);
+    double r = p_scale * rows.value(p, v);
     for (std::int32_t s = 0; s < steps; ++s) {
       const double d = r - q_at(rows, s, -1, v);
       r = d > 0 ? d * inv_mass[s] : 0.0;

@@ -166,16 +166,12 @@ SPECVERIFY_HD FaultKind node_stats(Rows& rows, const Source& source, const RowSt
 
 }  // namespace detail
 
-/// Walks sequence b from the root: at each node, tests the children in index order with the rule
-/// and follows the first accepted; where none is, draws the extra token as the rule says (from
-/// what is left of p after the rejected siblings, for residual rules), and where the path ends,
-/// the bonus token from the last row. Row statistics are computed only at nodes the walk reaches.
-/// `logprobs` (nullable, row_width floats) receives log p of each emitted token.
+/// The per-draft walk behind walk(): the rule's decide() at each draft.
 SPECVERIFY_HD_TEMPLATE
 template <class Rule, class Layout, class Source, class Rows>
-SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Source& source,
-                              const Randomness& randomness, std::int32_t b, Rows& rows,
-                              float* logprobs = nullptr) {
+SPECVERIFY_HD WalkResult walk_each(const Rule& rule, const Layout& layout, const Source& source,
+                                   const Randomness& randomness, std::int32_t b, Rows& rows,
+                                   float* logprobs) {
   using traits = rule_traits<Rule>;
   using View = decltype(rows.open(source.target_row(b, 0)));
   WalkResult r;
@@ -305,4 +301,31 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
   }
 }
 
+/// The joint walk of block verification (core/block_walk.hpp, included at the end of this file).
+SPECVERIFY_HD_TEMPLATE
+template <class Rule, class Layout, class Source, class Rows>
+SPECVERIFY_HD WalkResult block_walk(const Rule& rule, const Layout& layout, const Source& source,
+                                    const Randomness& randomness, std::int32_t b, Rows& rows,
+                                    float* logprobs);
+
+/// Walks sequence b from the root: at each node, tests the children in index order with the rule
+/// and follows the first accepted; where none is, draws the extra token as the rule says (from
+/// what is left of p after the rejected siblings, for residual rules), and where the path ends,
+/// the bonus token from the last row. Row statistics are computed only at nodes the walk reaches.
+/// `logprobs` (nullable, row_width floats) receives log p of each emitted token.
+/// Joint rules (rule_traits::joint) take their own walk instead.
+SPECVERIFY_HD_TEMPLATE
+template <class Rule, class Layout, class Source, class Rows>
+SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Source& source,
+                              const Randomness& randomness, std::int32_t b, Rows& rows,
+                              float* logprobs = nullptr) {
+  if constexpr (rule_traits<Rule>::joint == Joint::block) {
+    return block_walk(rule, layout, source, randomness, b, rows, logprobs);
+  } else {
+    return walk_each(rule, layout, source, randomness, b, rows, logprobs);
+  }
+}
+
 }  // namespace specverify::core
+
+#include "specverify/core/block_walk.hpp"

@@ -9,6 +9,7 @@
 #include "specverify/cpu/divergence_kernels.hpp"
 #include "specverify/cpu/logit_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
+#include "specverify/cpu/scaled_residual.hpp"
 #include "specverify/rule.hpp"
 
 namespace specverify::cpu {
@@ -41,12 +42,21 @@ struct Rows {
   // A tree node's residual after rejected siblings: element by element in double, in index order
   // (siblings are few, and these passes rare next to the chain's one residual draw).
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
+    if (r.plain()) return scaled_residual_mass<Arch>(plain_residual(r, x));
     const auto m = core::residual_mass(*this, r, x);
     return {m.value, m.ok};
   }
   Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
+    if (r.plain()) return scaled_residual_draw<Arch>(plain_residual(r, x), u);
     const auto t = core::residual_draw(*this, r, x, u);
     return {t.value, t.ok};
+  }
+
+  // A residual no sibling changed is max(s p - q, 0) after rejecting x (s = 1 but in block
+  // verification), or s p itself for x = kNoToken: vectorised (cpu/scaled_residual.hpp).
+  ScaledResidual plain_residual(const core::Residual<View>& r, std::int32_t x) const {
+    if (x < 0) return {r.p, nullptr, -1, r.p_scale, n};
+    return {r.p, r.has_q ? r.q : nullptr, r.has_q ? -1 : x, r.p_scale, n};
   }
 };
 

@@ -35,9 +35,12 @@ namespace cpu::detail {
 inline std::int32_t thread_count(std::int32_t batch_size, std::int64_t row_reads,
                                  std::int32_t vocab_size, std::int32_t max_threads) {
   constexpr std::int64_t kFloatsPerThread = std::int64_t{1} << 18;
-  const std::int64_t hardware = std::max(1u, std::thread::hardware_concurrency());
-  const std::int64_t allowed = max_threads > 0 ? max_threads : hardware;
   const std::int64_t useful = row_reads * vocab_size / kFloatsPerThread;
+  if (useful <= 1 || max_threads == 1) return 1;
+  // Read once: glibc answers hardware_concurrency() by reading a file, a cost small batches
+  // called step after step would pay every time.
+  static const std::int64_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  const std::int64_t allowed = max_threads > 0 ? max_threads : hardware;
   return static_cast<std::int32_t>(std::max<std::int64_t>(
       1, std::min({allowed, useful, std::int64_t{batch_size}})));
 }
