@@ -14,6 +14,7 @@ viewed in place like every other array; sampling_params() builds one.
 import numpy as np
 
 from specverify._core import (
+    Block,
     ChainBatch,
     ChainOutput,
     Coupled,
@@ -62,6 +63,7 @@ def sampling_params(batch_size_or_params, *, temperature=1.0, top_k=0, top_p=1.0
 
 
 __all__ = [
+    "Block",
     "ChainBatch",
     "ChainOutput",
     "Coupled",

@@ -63,6 +63,12 @@ void bind_rules(py::module_& m) {
                       "needs Randomness(positions=...), ignores offset.")
       .def(py::init<>())
       .def("__repr__", [](const Coupled&) { return "Coupled()"; });
+  py::class_<Block>(m, "Block",
+                    "Block verification (Sun et al. 2024): decides the whole chain jointly; lossless, accepts at\n"
+                    "least as many drafts as Standard in expectation, Standard bit for bit for one draft.\n"
+                    "Chains only (ChainBatch, LogitsChainBatch).")
+      .def(py::init<>())
+      .def("__repr__", [](const Block&) { return "Block()"; });
   py::class_<Greedy>(m, "Greedy", "Accept x iff x == argmax p (lowest index on ties); emit argmax p.")
       .def(py::init<>())
       .def("__repr__", [](const Greedy&) { return "Greedy()"; });

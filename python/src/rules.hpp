@@ -46,7 +46,7 @@ struct PySpecDecPP {
 
 inline constexpr const char* kInnerRuleNames = "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter or Coupled";
 inline constexpr const char* kRuleNames =
-    "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Coupled or SpecDecPP";
+    "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Coupled, Block or SpecDecPP";
 
 /// Whether `rule` is a rule object SpecDecPP can wrap (any but SpecDecPP itself).
 inline bool is_inner_rule(py::handle rule) {
@@ -56,8 +56,9 @@ inline bool is_inner_rule(py::handle rule) {
          py::isinstance<Coupled>(rule);
 }
 
-/// Calls fn with the C++ rule for the Python rule object `rule`. SpecDecPP may not nest, and has
-/// no tree form: for trees it raises here, before a tree verify is instantiated with it.
+/// Calls fn with the C++ rule for the Python rule object `rule`. SpecDecPP may not nest (nor wrap
+/// Block, which has no per-draft test). Neither has a tree form: for trees they raise here, before
+/// a tree verify is instantiated with them.
 template <Shape kShape, bool kOuter = true, class Fn>
 decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
   if (py::isinstance<Standard>(rule)) return fn(rule.cast<Standard>());
@@ -68,6 +69,15 @@ decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
   if (py::isinstance<PySprinter>(rule)) return fn(rule.cast<const PySprinter&>().build(drafts));
   if (py::isinstance<Coupled>(rule)) return fn(rule.cast<Coupled>());
   if constexpr (kOuter) {
+    if (py::isinstance<Block>(rule)) {
+      if constexpr (kShape == Shape::tree) {
+        throw py::type_error(
+            "specverify: Block has no tree form (it decides a whole chain jointly); verify it with a "
+            "ChainBatch or LogitsChainBatch");
+      } else {
+        return fn(rule.cast<Block>());
+      }
+    }
     if (py::isinstance<PySpecDecPP>(rule)) {
       if constexpr (kShape == Shape::tree) {
         throw py::type_error(

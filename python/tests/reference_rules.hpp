@@ -1,6 +1,6 @@
 // The rule a line of words names, for the C++ reference programs of the token-for-token tests:
 // standard | greedy | coupled | ears BETA | fsd DIV THRESHOLD | rfsd DIV THRESHOLD | sprinter ETA |
-// specdecpp THRESHOLD RULE... (chains only).
+// block | specdecpp THRESHOLD RULE... (these two: chains only).
 #pragma once
 
 #include <istream>
@@ -29,7 +29,7 @@ struct RuleInputs {
   const float* accept;
 };
 
-/// Calls fn with the rule the words name. kChains: SpecDecPP (which has no tree form) is known.
+/// Calls fn with the rule the words name. kChains: Block and SpecDecPP (no tree form) are known.
 template <bool kChains, bool kOuter = true, class Fn>
 void with_rule(std::istream& words, const RuleInputs& in, Fn&& fn) {
   std::string name;
@@ -44,6 +44,7 @@ void with_rule(std::istream& words, const RuleInputs& in, Fn&& fn) {
   if (name == "rfsd") return words >> d >> a, fn(sv::ReducibleFsd{divergence(d), a});
   if (name == "sprinter") return words >> a, fn(sv::Sprinter{a, in.scores});
   if constexpr (kChains && kOuter) {
+    if (name == "block") return fn(sv::Block{});
     if (name == "specdecpp") {
       words >> a;
       return with_rule<kChains, false>(words, in, [&](const auto& inner) {

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.skipif(not REFERENCE, reason="SPECVERIFY_REFERENCE_VERI
 RULES = [
     (lambda s, a: sv.Standard(), "standard"),
     (lambda s, a: sv.Greedy(), "greedy"),
+    (lambda s, a: sv.Block(), "block"),
     (lambda s, a: sv.Ears(beta=0.3), "ears 0.3"),
     (lambda s, a: sv.Fsd(divergence=sv.Divergence.js, threshold=0.35), "fsd js 0.35"),
     (lambda s, a: sv.Fsd(divergence=sv.Divergence.tv, threshold=0.6), "fsd tv 0.6"),

@@ -22,6 +22,7 @@ RULES = [
     (lambda s, a: sv.Standard(), "standard"),
     (lambda s, a: sv.Greedy(), "greedy"),
     (lambda s, a: sv.Coupled(), "coupled"),
+    (lambda s, a: sv.Block(), "block"),
     (lambda s, a: sv.Ears(beta=0.3), "ears 0.3"),
     (lambda s, a: sv.Fsd(divergence=sv.Divergence.js, threshold=0.5), "fsd js 0.5"),
     (lambda s, a: sv.ReducibleFsd(divergence=sv.Divergence.tv, threshold=0.6), "rfsd tv 0.6"),
@@ -161,7 +162,7 @@ class Case:
 
 
 def rules_for(kind):
-    return [(r, w) for r, w in RULES if not ("tree" in kind and w.startswith("specdecpp"))]
+    return [(r, w) for r, w in RULES if not ("tree" in kind and w.split()[0] in ("specdecpp", "block"))]
 
 
 CASES = [(k, r, w) for k in KINDS for r, w in rules_for(k)]

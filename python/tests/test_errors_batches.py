@@ -136,6 +136,15 @@ def test_specdecpp_has_no_tree_form():
         assert_untouched(out)
 
 
+def test_block_has_no_tree_form():
+    out = tree_out()
+    with pytest.raises(TypeError, match="Block has no tree form"):
+        sv.verify(sv.Block(), sv.TreeBatch(**tree_arrays()), sv.Randomness(1), out)
+    with pytest.raises(TypeError, match="SpecDecPP.inner must be one of"):
+        sv.SpecDecPP(inner=sv.Block())
+    assert_untouched(out)
+
+
 def test_batch_and_output_must_match():
     with pytest.raises(TypeError, match="a TreeBatch or LogitsTreeBatch with a TreeOutput.*batch=TreeBatch.*out=ChainOutput"):
         sv.verify(sv.Standard(), sv.TreeBatch(**tree_arrays()), sv.Randomness(1), chain_out())

@@ -1,4 +1,4 @@
-"""Standard over logits is lossless for the processed target: the tokens it emits from Python
+"""Standard (and Block) over logits are lossless for the processed target: the tokens it emits from Python
 follow the NumPy reference of the seven steps (temperature, top_k, top_p, min_p), per sequence's
 own parameters, with the adversarial draft q = reversed p. Chi-square at fixed seeds, bound
 df + 10 sqrt(2 df); tokens the processing removes are never emitted. A lossy rule and a reference
@@ -70,10 +70,10 @@ def test_reference_truncates():
     assert (p1 > 0).sum() == 19
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_standard_follows_processed_p(seed, module):
+@pytest.mark.parametrize("rule, seed", [(sv.Standard(), 1), (sv.Standard(), 2), (sv.Block(), 3)], ids=repr)
+def test_lossless_rules_follow_processed_p(rule, seed, module):
     batch, target, _ = adversarial_batch(module)
-    out = emitted(sv.Standard(), batch, seed)
+    out = emitted(rule, batch, seed)
     assert 0.05 * SEQUENCES * K < out.num_accepted.sum() < 0.95 * SEQUENCES * K
     assert worst_chi_square(out, expected_rows(target)) < 1.0
 
