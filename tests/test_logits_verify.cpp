@@ -463,6 +463,13 @@ TEST(LogitsBadInput, CoupledNeedsPositions) {
   ChainOutput out = c.output();
   EXPECT_THROW(verify(Coupled{}, b, Randomness{}, out), invalid_input);
   for (auto t : c.out) ASSERT_EQ(t, 12345);
+  // Probability rows too: a null positions pointer is named, never read.
+  const std::vector<float> p(std::size_t(c.V) * 2, 1.0f / float(c.V));
+  const std::int32_t offsets[2] = {0, 1}, drafts[1] = {0};
+  std::int32_t tokens[2] = {12345, 12345}, accepted = 12345;
+  ChainBatch<float> chain{1, c.V, offsets, drafts, p.data(), nullptr};
+  EXPECT_THROW(verify(Coupled{}, chain, Randomness{}, ChainOutput{tokens, 2, &accepted}), invalid_input);
+  EXPECT_EQ(tokens[0], 12345);
 }
 
 }  // namespace
