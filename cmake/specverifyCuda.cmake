@@ -1,6 +1,11 @@
 # The CUDA backend (specverify::cuda), when a CUDA compiler is found. It is exported in its own
 # file, specverifyCudaTargets.cmake, which the package config loads only where CUDAToolkit is
 # found, so the package keeps working for users without CUDA.
+option(SPECVERIFY_CUDA "Build the CUDA backend, its tests and benchmark where nvcc is found" ON)
+if(NOT SPECVERIFY_CUDA)
+  message(STATUS "specverify: SPECVERIFY_CUDA is OFF, the CUDA backend is not built")
+  return()
+endif()
 include(CheckLanguage)
 check_language(CUDA)
 if(NOT CMAKE_CUDA_COMPILER)
