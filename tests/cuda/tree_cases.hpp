@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support.hpp"
@@ -150,6 +151,9 @@ inline Trees two_trees(Drafted how = Drafted::sampled) {
 /// A malformed tree batch: the trees, what to change in the batch (pointers, strides), caller
 /// uniforms, and fragments the message must hold (sequence, node and value).
 struct BadTree {
+  BadTree(std::string case_name, Trees t, std::vector<std::string> says)
+      : name(std::move(case_name)), trees(std::move(t)), fragments(std::move(says)) {}
+
   std::string name;
   Trees trees;
   std::function<void(TreeBatch<float>&)> edit = [](TreeBatch<float>&) {};
@@ -171,8 +175,7 @@ inline std::vector<BadTree> bad_trees() {
   constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   std::vector<BadTree> cases;
   const auto add = [&](std::string name, Trees t, std::vector<std::string> fragments) -> BadTree& {
-    cases.push_back(BadTree{std::move(name), std::move(t)});
-    cases.back().fragments = std::move(fragments);
+    cases.emplace_back(std::move(name), std::move(t), std::move(fragments));
     return cases.back();
   };
   Trees t = two_trees();
