@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "bad_inputs.hpp"
 #include "support.hpp"
@@ -173,6 +174,24 @@ TEST(BadInput, ShapesAndPointers) {
   b = c.batch();
   b.draft_stride = std::int64_t{1} << 62;
   expect_rejected(c, b, Randomness{}, {"draft_stride", "overflows"});
+}
+
+TEST(BadInput, DivergenceOutsideTheEnumIsARuleParameterOutOfRange) {
+  // Once reported as "target row 0 holds 0 at token -1": the row pass found no such divergence.
+  for (const int kind : {99, -1, 5}) {
+    const auto d = static_cast<Divergence>(kind);
+    const std::string named = "rule parameter divergence = " + std::to_string(kind) + " is out of range";
+    Chains c = two_sequences();
+    expect_rejected(c, c.batch(), Randomness{}, {named.c_str()}, Fsd{d, 0.3f});
+    expect_rejected(c, c.batch(), Randomness{}, {named.c_str()}, ReducibleFsd{d, 0.1f});
+    const float probs[3] = {0.5f, 0.5f, 0.5f};
+    expect_rejected(c, c.batch(), Randomness{}, {named.c_str()}, SpecDecPP<Fsd>{0.3f, probs, Fsd{d, 0.3f}});
+  }
+  Chains c = two_sequences();  // the control: every divergence the enum names is accepted
+  for (const auto d : {Divergence::kl_target_draft, Divergence::kl_draft_target, Divergence::js,
+                       Divergence::js_fsd, Divergence::tv}) {
+    EXPECT_NO_THROW(verify(Fsd{d, 0.3f}, c.batch(), Randomness{}, c.output()));
+  }
 }
 
 TEST(BadInput, EmptyBatchIsValidAndWritesNothing) {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "specverify/cuda.cuh"
 #include "bad_inputs.hpp"
+#include "device_support.cuh"
 #include "support.hpp"
 #include "typical_acceptance.hpp"
 
@@ -23,85 +23,21 @@ namespace {
 using ::testing::HasSubstr;
 using testing::Chains;
 
-bool has_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
+using testing::convert;
+using testing::cuda_ok;
+using testing::DeviceArray;
+using testing::Probe;
+using testing::rounded;
+using testing::Scored;
+using testing::upload;
 
-#define REQUIRE_DEVICE() \
-  if (!has_device()) GTEST_SKIP() << "no CUDA device"
-
-void cuda_ok(cudaError_t status) {
-  if (status != cudaSuccess) throw std::runtime_error(cudaGetErrorString(status));
-}
-
-template <class T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  explicit DeviceArray(const std::vector<T>& host) { assign(host); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(data_); }
-
-  void assign(const std::vector<T>& host) {
-    if (host.size() != size_) {
-      cudaFree(data_);
-      data_ = nullptr;
-      size_ = host.size();
-      if (size_) cuda_ok(cudaMalloc(&data_, size_ * sizeof(T)));
-    }
-    if (size_) cuda_ok(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> read() const {
-    std::vector<T> host(size_);
-    if (size_) cuda_ok(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-  T* get() const { return data_; }
-
- private:
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-template <class Prob>
-std::vector<Prob> convert(const std::vector<float>& v) {
-  std::vector<Prob> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if constexpr (std::is_same_v<Prob, __half>) {
-      out[i] = __float2half_rn(v[i]);
-    } else if constexpr (std::is_same_v<Prob, __nv_bfloat16>) {
-      out[i] = __float2bfloat16_rn(v[i]);
-    } else {
-      out[i] = v[i];
-    }
-  }
-  return out;
-}
-
-/// Rows rounded to Prob and back: what the CPU sees to reproduce a __half or bf16 run.
-template <class Prob>
-std::vector<float> rounded(const std::vector<float>& v) {
-  const std::vector<Prob> low = convert<Prob>(v);
-  std::vector<float> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if constexpr (std::is_same_v<Prob, float>) {
-      out[i] = low[i];
-    } else if constexpr (std::is_same_v<Prob, __half>) {
-      out[i] = __half2float(low[i]);
-    } else {
-      out[i] = __bfloat162float(low[i]);
-    }
-  }
-  return out;
-}
-
-/// A Chains batch on the device, its randomness arrays, outputs (filled with 12345) and workspace.
+/// A Chains batch on the device, its randomness arrays, outputs (tokens and counts filled with
+/// 12345, logprobs where asked with NaN) and workspace.
 template <class Prob = float>
 struct DeviceChains {
   DeviceArray<std::int32_t> offsets, tokens, out_tokens, accepted;
   DeviceArray<Prob> p, q;
+  DeviceArray<float> logprobs;
   DeviceArray<std::uint64_t> seeds;
   DeviceArray<float> accept_u, sample_u;
   DeviceArray<unsigned char> workspace_data;
@@ -109,9 +45,7 @@ struct DeviceChains {
   ChainOutput out;
   cuda::Workspace workspace;
 
-  explicit DeviceChains(const Chains& c) { upload(c); }
-
-  void upload(const Chains& c) {
+  explicit DeviceChains(const Chains& c, bool with_logprobs = false) {
     offsets.assign(c.offsets);
     tokens.assign(c.tokens);
     p.assign(convert<Prob>(c.p));
@@ -119,10 +53,15 @@ struct DeviceChains {
     const ChainBatch<float> host = c.batch();
     batch = ChainBatch<Prob>{host.batch_size, host.vocab_size, offsets.get(), tokens.get(), p.get(),
                              c.one_hot ? nullptr : q.get()};
-    out_tokens.assign(std::vector<std::int32_t>(std::size_t(c.size()) * c.width, 12345));
+    const std::size_t slots = std::size_t(c.size()) * c.width;
+    out_tokens.assign(std::vector<std::int32_t>(slots, 12345));
     accepted.assign(std::vector<std::int32_t>(std::size_t(c.size()), 12345));
     out = ChainOutput{out_tokens.get(), c.width, accepted.get()};
-    const std::size_t bytes = cuda::workspace_bytes(Standard{}, batch);
+    if (with_logprobs) {
+      logprobs.assign(std::vector<float>(slots, std::numeric_limits<float>::quiet_NaN()));
+      out.logprobs = logprobs.get();
+    }
+    const std::size_t bytes = cuda::workspace_bytes(Standard{}, batch, out);
     workspace_data.assign(std::vector<unsigned char>(bytes));
     workspace = cuda::Workspace{workspace_data.get(), bytes};
   }
@@ -131,34 +70,29 @@ struct DeviceChains {
   Randomness on_device(const Randomness& r, const Chains& c) {
     Randomness d = r;
     const auto B = std::size_t(c.size());
-    if (r.sequence_seeds) {
-      seeds.assign(std::vector<std::uint64_t>(r.sequence_seeds, r.sequence_seeds + B));
-      d.sequence_seeds = seeds.get();
-    }
-    if (r.accept_uniforms) {
-      accept_u.assign(std::vector<float>(r.accept_uniforms, r.accept_uniforms + c.tokens.size()));
-      d.accept_uniforms = accept_u.get();
-    }
-    if (r.sample_uniforms) {
-      sample_u.assign(std::vector<float>(r.sample_uniforms, r.sample_uniforms + B));
-      d.sample_uniforms = sample_u.get();
-    }
+    d.sequence_seeds = upload(seeds, r.sequence_seeds, B);
+    d.accept_uniforms = upload(accept_u, r.accept_uniforms, c.tokens.size());
+    d.sample_uniforms = upload(sample_u, r.sample_uniforms, B);
     return d;
   }
 };
 
 /// Runs `rule` on the CPU (on `cpu_chains`) and on the GPU (on `gpu_chains` as Prob) and expects
-/// the same tokens, counts and statistics. Returns the GPU's tokens.
+/// the same tokens, counts, logprobs and statistics. Returns the GPU's tokens.
 template <class Prob = float, class Rule>
 std::vector<std::int32_t> expect_same(const Rule& cpu_rule, const Rule& gpu_rule, Chains& cpu_chains,
                                       const Chains& gpu_chains, const Randomness& r) {
-  const VerifyStats cpu_stats = verify(cpu_rule, cpu_chains.batch(), r, cpu_chains.output());
-  DeviceChains<Prob> d(gpu_chains);
+  ChainOutput cpu_out = cpu_chains.output();
+  std::vector<float> cpu_logprobs(cpu_chains.out_tokens.size(), std::numeric_limits<float>::quiet_NaN());
+  cpu_out.logprobs = cpu_logprobs.data();
+  const VerifyStats cpu_stats = verify(cpu_rule, cpu_chains.batch(), r, cpu_out);
+  DeviceChains<Prob> d(gpu_chains, true);
   cuda_ok(cuda::verify(gpu_rule, d.batch, d.on_device(r, gpu_chains), d.out, d.workspace, nullptr));
   cuda::check(d.workspace, nullptr);
   const VerifyStats gpu_stats = cuda::read_stats(d.workspace, nullptr);
   const auto tokens = d.out_tokens.read();
   EXPECT_EQ(tokens, cpu_chains.out_tokens);
+  testing::expect_same_logprobs(d.logprobs.read(), cpu_logprobs);
   EXPECT_EQ(d.accepted.read(), cpu_chains.accepted);
   EXPECT_EQ(gpu_stats.drafted, cpu_stats.drafted);
   EXPECT_EQ(gpu_stats.accepted, cpu_stats.accepted);
@@ -175,39 +109,6 @@ template <class Rule>
 std::vector<std::int32_t> expect_same(const Rule& rule, Chains& c, const Randomness& r) {
   return expect_same<float>(rule, rule, c, c, r);
 }
-
-/// Reads every row statistic, so a CPU/GPU difference in any of them changes tokens.
-struct Probe {
-  static constexpr Draw on_reject = Draw::target;
-  Divergence kind = Divergence::tv;
-  float threshold = 0.3f;
-  SPECVERIFY_HD RowStats stats() const {
-    RowStats s;
-    s.max = s.argmax = s.entropy = s.divergence = true;
-    s.kind = kind;
-    return s;
-  }
-  SPECVERIFY_HD Decision decide(const Position& at) const {
-    const bool close = at.divergence <= threshold;
-    const bool confident = at.p_x >= 0.5f * at.p_max && at.entropy < 2.5f;
-    const bool accepted = at.p_x > 0 && (close || confident || at.token == at.p_argmax);
-    return {accepted, accepted && !Decision::standard_test(at), true};
-  }
-};
-
-/// A user's rule with per-draft inputs checked on the device (a SPRINTER-like verifier path).
-struct Scored {
-  static constexpr Draw on_reject = Draw::residual;
-  const float* scores{};
-  float eta = 0.5f;
-  SPECVERIFY_HD Problem check_draft(std::int32_t g) const {
-    return scores[g] >= 0.0f && scores[g] <= 1.0f ? Problem{} : Problem{"verifier_scores", scores[g]};
-  }
-  SPECVERIFY_HD Decision decide(const Position& at) const {
-    if (at.p_x > 0 && scores[at.draft] >= eta) return {true, !Decision::standard_test(at), false};
-    return Decision::exact(Decision::standard_test(at));
-  }
-};
 
 /// Ragged chains (k_b in [0, max_k]) over top-k-masked LLM-like rows; drafts drawn from q, or for
 /// one-hot drafts from p, with a few drafts the target masked out.
@@ -370,21 +271,41 @@ TEST(Exactness, StandardWithAdversarialReversedDraftFollowsTarget) {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-template <class Rule = Standard>
-void expect_reported(const Chains& c, const Randomness& r,
-                     std::initializer_list<const char*> fragments, Rule rule = {}) {
-  DeviceChains<float> d(c);
-  cuda_ok(cuda::verify(rule, d.batch, d.on_device(r, c), d.out, d.workspace, nullptr));
-  try {
-    cuda::check(d.workspace, nullptr);
-    ADD_FAILURE() << "no invalid_input";
-  } catch (const invalid_input& e) {
-    for (const char* f : fragments) EXPECT_THAT(e.what(), HasSubstr(f));
-  }
+struct NoEdit {
+  template <class Batch>
+  void operator()(Batch&) const {}
+};
+
+/// Expects the CPU to reject `c` (its batch changed by `edit`) with `cpu_rule` by a message holding
+/// `fragments`; then, on a device, expects check() to throw that message word for word after
+/// `gpu_rule` ran there, with no output written (logprobs included) and zero statistics. Skips the
+/// device half without a device.
+template <class Rule, class Edit = NoEdit>
+void expect_reported(const Chains& c, const Randomness& r, std::initializer_list<const char*> fragments,
+                     const Rule& gpu_rule, const Rule& cpu_rule, const Edit& edit = {}) {
+  Chains cpu = c;
+  ChainBatch<float> host = cpu.batch();
+  edit(host);
+  const std::string expected = testing::message_of([&] { verify(cpu_rule, host, r, cpu.output()); });
+  ASSERT_NE(expected, "") << "the CPU found nothing wrong";
+  for (const char* f : fragments) EXPECT_THAT(expected, HasSubstr(f));
+  if (!testing::has_device()) GTEST_SKIP() << "no CUDA device (the CPU half passed)";
+  DeviceChains<float> d(c, true);
+  ChainBatch<float> batch = d.batch;
+  edit(batch);
+  cuda_ok(cuda::verify(gpu_rule, batch, d.on_device(r, c), d.out, d.workspace, nullptr));
+  EXPECT_EQ(testing::message_of([&] { cuda::check(d.workspace, nullptr); }), expected);
   for (auto t : d.out_tokens.read()) ASSERT_EQ(t, 12345) << "output written despite the fault";
   for (auto n : d.accepted.read()) ASSERT_EQ(n, 12345) << "output written despite the fault";
+  for (auto l : d.logprobs.read()) ASSERT_TRUE(std::isnan(l)) << "logprobs written despite the fault";
   const VerifyStats s = cuda::read_stats(d.workspace, nullptr);
   EXPECT_EQ(s.drafted, 0);
+}
+
+template <class Rule = Standard>
+void expect_reported(const Chains& c, const Randomness& r, std::initializer_list<const char*> fragments,
+                     const Rule& rule = {}) {
+  expect_reported(c, r, fragments, rule, rule);
 }
 
 using testing::nan_in_residual_row;
@@ -392,7 +313,6 @@ using testing::two_sequences;
 using testing::uniform_row;
 
 TEST(BadInput, NaNInAResidualRowIsNamed) {
-  REQUIRE_DEVICE();
   for (const bool all_nan : {false, true}) {
     Chains c = nan_in_residual_row(all_nan);
     expect_reported(c, Randomness{}, {"sequence 1", "position 0", "nan", all_nan ? "token 2" : "token 60"});
@@ -400,7 +320,6 @@ TEST(BadInput, NaNInAResidualRowIsNamed) {
 }
 
 TEST(BadInput, NaNInfOrNegativeProbabilityOfTheDraftIsNamed) {
-  REQUIRE_DEVICE();
   for (const float v : {kNaN, kInf, -0.5f}) {
     Chains c = two_sequences();
     c.p[c.V * 3 + 3] = v;
@@ -409,7 +328,6 @@ TEST(BadInput, NaNInfOrNegativeProbabilityOfTheDraftIsNamed) {
 }
 
 TEST(BadInput, AllZeroTargetRowToDrawFromIsNamed) {
-  REQUIRE_DEVICE();
   Chains c = two_sequences();
   std::fill(c.p.begin() + c.V * 4, c.p.begin() + c.V * 5, 0.0f);
   c.tokens[2] = 0;
@@ -417,7 +335,6 @@ TEST(BadInput, AllZeroTargetRowToDrawFromIsNamed) {
 }
 
 TEST(BadInput, TokensOutsideTheVocabularyAreNamed) {
-  REQUIRE_DEVICE();
   for (const std::int32_t x : {-1, 8, 1 << 30}) {
     Chains c = two_sequences();
     c.tokens[1] = x;
@@ -426,7 +343,6 @@ TEST(BadInput, TokensOutsideTheVocabularyAreNamed) {
 }
 
 TEST(BadInput, OffsetsMustStartAtZeroAndNotDecrease) {
-  REQUIRE_DEVICE();
   Chains c = two_sequences();
   c.offsets = {1, 2, 3};
   expect_reported(c, Randomness{}, {"draft_offsets[0] = 1"});
@@ -439,14 +355,12 @@ TEST(BadInput, OffsetsMustStartAtZeroAndNotDecrease) {
 }
 
 TEST(BadInput, RowWidthMustHoldEveryChainPlusOne) {
-  REQUIRE_DEVICE();
   Chains c = two_sequences();
   c.width = 2;
   expect_reported(c, Randomness{}, {"row_width = 2", "3"});
 }
 
 TEST(BadInput, CallerUniformsMustLieInHalfOpenUnitInterval) {
-  REQUIRE_DEVICE();
   for (const float u : {1.0f, -0.25f, kNaN}) {
     Chains c = two_sequences();
     float accept[3] = {0.5f, 0.5f, 0.5f};
@@ -462,61 +376,126 @@ TEST(BadInput, CallerUniformsMustLieInHalfOpenUnitInterval) {
 }
 
 TEST(BadInput, RulePerDraftInputsAreCheckedOnTheDevice) {
-  REQUIRE_DEVICE();
   Chains c = two_sequences();
-  DeviceArray<float> scores(std::vector<float>{0.5f, 0.5f, 1.5f});
+  const std::vector<float> host_scores{0.5f, 0.5f, 1.5f};
+  DeviceArray<float> scores;
+  if (testing::has_device()) scores.assign(host_scores);
   expect_reported(c, Randomness{}, {"sequence 1", "position 0", "verifier_scores = 1.5"},
-                  Scored{scores.get(), 0.5f});
+                  Scored{scores.get(), 0.5f}, Scored{host_scores.data(), 0.5f});
 }
 
-TEST(BadInput, ShapesPointersAndWorkspaceThrowFromVerify) {
-  REQUIRE_DEVICE();
-  const Chains c = two_sequences();
-  DeviceChains<float> d(c);
-  const auto expect_thrown = [&](ChainBatch<float> b, const char* fragment,
-                                 cuda::Workspace w) {
-    try {
-      (void)cuda::verify(Standard{}, b, Randomness{}, d.out, w, nullptr);
-      ADD_FAILURE() << "no invalid_input for " << fragment;
-    } catch (const invalid_input& e) {
-      EXPECT_THAT(e.what(), HasSubstr(fragment));
-    }
+/// The host's half of cuda::verify throws before touching the device, so this runs anywhere: the
+/// batch keeps host pointers and the workspace is a placeholder that is never read. Each message
+/// is the CPU's for the same batch.
+TEST(BadInput, ShapesPointersAndRuleParametersThrowFromVerifyAsOnTheCpu) {
+  Chains c = two_sequences();
+  void* placeholder = &c;  // a workspace that is large enough and never reached
+  const cuda::Workspace workspace{placeholder, std::size_t{1} << 30};
+  const auto expect_thrown = [&](const auto& rule, const ChainBatch<float>& b, const char* fragment) {
+    const std::string expected = testing::message_of([&] { verify(rule, b, Randomness{}, c.output()); });
+    EXPECT_THAT(expected, HasSubstr(fragment));
+    const std::string got = testing::message_of([&] {
+      (void)cuda::verify(rule, b, Randomness{}, c.output(), workspace, nullptr);
+    });
+    EXPECT_EQ(got, expected);
   };
-  ChainBatch<float> b = d.batch;
+  ChainBatch<float> b = c.batch();
   b.batch_size = -1;
-  expect_thrown(b, "batch_size = -1", d.workspace);
-  b = d.batch;
+  expect_thrown(Standard{}, b, "batch_size = -1");
+  b = c.batch();
   b.vocab_size = 0;
-  expect_thrown(b, "vocab_size = 0", d.workspace);
-  b = d.batch;
+  expect_thrown(Standard{}, b, "vocab_size = 0");
+  b = c.batch();
   b.target_probs = nullptr;
-  expect_thrown(b, "target_probs is null", d.workspace);
-  b = d.batch;
+  expect_thrown(Standard{}, b, "target_probs is null");
+  b = c.batch();
   b.target_stride = 4;
-  expect_thrown(b, "target_stride = 4", d.workspace);
-  expect_thrown(d.batch, "workspace", cuda::Workspace{d.workspace.data, 16});
-  for (auto t : d.out_tokens.read()) ASSERT_EQ(t, 12345);
+  expect_thrown(Standard{}, b, "target_stride = 4 must be 0 or at least vocab_size = 8");
+  const auto bad = static_cast<Divergence>(99);
+  expect_thrown(Fsd{bad, 0.3f}, c.batch(), "rule parameter divergence = 99 is out of range");
+  expect_thrown(ReducibleFsd{bad, 0.1f}, c.batch(), "rule parameter divergence = 99 is out of range");
+  expect_thrown(Ears{-1.0f}, c.batch(), "rule parameter beta = -1 is out of range");
+  for (auto t : c.out_tokens) ASSERT_EQ(t, 12345);
+}
+
+TEST(BadInput, TooSmallWorkspaceAndNullDeviceSeedThrowFromVerify) {
+  Chains c = two_sequences();
+  const auto thrown = [&](const auto& randomness, const cuda::Workspace& w) {
+    return testing::message_of([&] { (void)cuda::verify(Standard{}, c.batch(), randomness, c.output(), w, nullptr); });
+  };
+  const std::size_t needed = cuda::workspace_bytes(Standard{}, c.batch());
+  EXPECT_EQ(thrown(Randomness{}, cuda::Workspace{&c, 16}),
+            "specverify::verify: workspace holds 16 bytes, workspace_bytes() = " + std::to_string(needed));
+  EXPECT_THAT(thrown(Randomness{}, cuda::Workspace{nullptr, needed}), HasSubstr("workspace holds"));
+  // Logprobs are staged in the workspace: the output decides its size.
+  ChainOutput with_logprobs = c.output();
+  std::vector<float> logprobs(c.out_tokens.size());
+  with_logprobs.logprobs = logprobs.data();
+  EXPECT_GT(cuda::workspace_bytes(Standard{}, c.batch(), with_logprobs), needed);
+  EXPECT_THAT(testing::message_of([&] {
+                (void)cuda::verify(Standard{}, c.batch(), Randomness{}, with_logprobs,
+                                   cuda::Workspace{&c, needed}, nullptr);
+              }),
+              HasSubstr("workspace holds"));
+  const std::uint64_t host_word = 0;
+  EXPECT_THAT(thrown(cuda::DeviceRandomness{nullptr, &host_word}, cuda::Workspace{&c, needed}),
+              HasSubstr("device seed is null"));
+  EXPECT_THAT(thrown(cuda::DeviceRandomness{&host_word, nullptr}, cuda::Workspace{&c, needed}),
+              HasSubstr("device offset is null"));
 }
 
 TEST(BadInput, NullDraftTokensAndHugeStridesAreReportedFromTheDevice) {
-  REQUIRE_DEVICE();
   const Chains c = two_sequences();
-  DeviceChains<float> d(c);
-  ChainBatch<float> b = d.batch;
-  b.draft_tokens = nullptr;
-  cuda_ok(cuda::verify(Standard{}, b, Randomness{}, d.out, d.workspace, nullptr));
-  EXPECT_THROW(cuda::check(d.workspace, nullptr), invalid_input);
-  b = d.batch;
-  b.draft_stride = std::int64_t{1} << 62;
-  cuda_ok(cuda::verify(Standard{}, b, Randomness{}, d.out, d.workspace, nullptr));
-  try {
-    cuda::check(d.workspace, nullptr);
-    ADD_FAILURE() << "no invalid_input";
-  } catch (const invalid_input& e) {
-    EXPECT_THAT(e.what(), HasSubstr("draft_stride"));
-    EXPECT_THAT(e.what(), HasSubstr("overflows"));
+  expect_reported(c, Randomness{}, {"draft_tokens is null"}, Standard{}, Standard{},
+                  [](auto& b) { b.draft_tokens = nullptr; });
+  expect_reported(c, Randomness{}, {"draft_stride", "overflows"}, Standard{}, Standard{},
+                  [](auto& b) { b.draft_stride = std::int64_t{1} << 62; });
+}
+
+/// Several sequences wrong at once: the device reports the finding the CPU throws first (the order
+/// of core/checks.hpp: offsets, then row counts, then sequence by sequence, then the walk).
+TEST(BadInput, TheFirstOfSeveralFaultsIsTheCpus) {
+  {
+    Chains c = two_sequences();  // a bad token in sequence 0, offsets that decrease at sequence 1
+    c.tokens[0] = 99;
+    c.offsets = {0, 2, 1};
+    expect_reported(c, Randomness{}, {"sequence 1: draft_offsets decrease (2 then 1)"});
   }
-  for (auto t : d.out_tokens.read()) ASSERT_EQ(t, 12345);
+  {
+    Chains c = two_sequences();  // NaN that sequence 0's walk reads, a bad sample uniform in sequence 1
+    c.p[1] = kNaN;
+    const float sample[2] = {0.5f, 1.0f};
+    Randomness r;
+    r.sample_uniforms = sample;
+    expect_reported(c, r, {"sequence 1: sample uniform 1 is outside [0, 1)"});
+  }
+  {
+    Chains c = two_sequences();  // a bad token in sequence 1, a stride whose rows overflow
+    c.tokens[2] = -5;
+    expect_reported(c, Randomness{}, {"target_stride", "overflows"}, Standard{}, Standard{},
+                    [](auto& b) { b.target_stride = std::int64_t{1} << 61; });
+  }
+  {
+    Chains c = two_sequences();  // position 0's accept uniform before position 1's token
+    c.tokens[1] = 99;
+    const float accept[3] = {1.5f, 0.5f, 0.5f};
+    Randomness r;
+    r.accept_uniforms = accept;
+    expect_reported(c, r, {"sequence 0, position 0: accept uniform 1.5 is outside [0, 1)"});
+  }
+  {
+    Chains c = two_sequences();  // sequence 0 too long for the row, a bad token in sequence 1
+    c.width = 2;
+    c.tokens[2] = 8;
+    expect_reported(c, Randomness{}, {"sequence 0: row_width = 2 must be at least its chain + 1 = 3"});
+  }
+  {
+    Chains c = two_sequences();  // NaN in both sequences' walks: the lower sequence
+    c.p[c.V * 3 + 3] = kNaN;
+    c.p[2] = -1.0f;
+    c.tokens[0] = 2;
+    expect_reported(c, Randomness{}, {"sequence 0, position 0: target row 0 holds -1 at token 2"});
+  }
 }
 
 TEST(BadInput, AFaultIsClearedByTheNextGoodVerify) {

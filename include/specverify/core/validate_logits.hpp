@@ -18,6 +18,15 @@ namespace specverify::core {
 
 namespace detail {
 
+/// Throws invalid_input with the library's prefix and the parts streamed in order.
+template <class... Parts>
+[[noreturn]] void reject(const Parts&... parts) {
+  std::ostringstream message;
+  message << "specverify::verify: ";
+  (message << ... << parts);
+  throw invalid_input(message.str());
+}
+
 /// Rules that draw the coupled sample key it by Randomness::positions.
 template <class Rule>
 void check_positions(const Randomness& randomness) {
@@ -63,7 +72,10 @@ void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<s
   if (batch.unconditional_logits) {
     if (!batch.unconditional_first_row) reject("unconditional_first_row is null (guidance rows are given)");
     if (!batch.guidance_scale) reject("guidance_scale is null (guidance rows are given)");
-    check_stride("unconditional_stride", batch.unconditional_stride, 0, batch);
+    if (batch.unconditional_stride != 0 && batch.unconditional_stride < batch.vocab_size) {
+      reject("unconditional_stride = ", batch.unconditional_stride, " must be 0 or at least vocab_size = ",
+             batch.vocab_size);
+    }
     for (std::int32_t b = 0; b < B; ++b) {
       const std::int64_t first = batch.unconditional_first_row[b];
       if (first < -1) reject("sequence ", b, ": unconditional_first_row = ", first, " must be -1 or a row");
@@ -130,31 +142,20 @@ void validate(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Rando
                        target_to_draft);
 }
 
-/// Throws the invalid_input describing what walking sequence b of a logits batch found.
-template <class Layout, class Batch>
-[[noreturn]] void report_logits(const Fault& fault, std::int32_t b, const Batch& batch,
-                                const LogitSource<std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_logits)>>>& source) {
-  std::ostringstream where;
-  where << "sequence " << b << ", ";
-  if (std::is_same_v<Layout, ChainLayout> || fault.node >= 0) {
-    where << Layout::kNodeName << " " << (std::is_same_v<Layout, ChainLayout> ? fault.position : fault.node);
-  } else {
-    where << "root";
+/// Throws the invalid_input describing what walking sequence b of a logits batch found: a bad
+/// logit a pre-pass read is named by scanning its row.
+template <class Layout, class Batch, class Source>
+[[noreturn]] void report_logits(const Fault& fault, std::int32_t b, const Batch&, const Source& source) {
+  Fault f = fault;
+  name_bad_value(f, b, source, [](const auto& row, float& value) { return detail::first_bad_logit(row, value); });
+  Finding finding = from_fault(f, b, std::is_same_v<Layout, ChainLayout> ? Place::position : Place::node);
+  if (f.kind == FaultKind::bad_value) {
+    finding.check = Check::logit_value;
+    finding.named(f.target_row >= 0 ? "target logits row" : "draft logits row");
+  } else if (f.kind == FaultKind::target_no_mass) {
+    finding.check = Check::no_kept_token;
   }
-  if (fault.kind == FaultKind::bad_value) {
-    const bool draft = fault.target_row < 0;
-    const std::int64_t row = draft ? fault.draft_row : fault.target_row;
-    float value = 0;
-    const std::int32_t at =
-        detail::first_bad_logit(draft ? source.draft_row(b, row) : source.target_row(b, row), value);
-    detail::reject(where.str(), ": ", draft ? "draft" : "target", " logits row ", row, " holds ", value,
-                   " at index ", at, " (logits must not be NaN or +inf, nor guidance overflow)");
-  }
-  if (fault.kind == FaultKind::target_no_mass) {
-    detail::reject(where.str(), ": target logits row ", fault.target_row,
-                   " keeps no token (every logit masked or -inf) but must be read");
-  }
-  report<Layout>(fault, b, ChainBatch<float>{});  // messages that name no row value
+  raise(finding);
 }
 
 }  // namespace specverify::core

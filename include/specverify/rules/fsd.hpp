@@ -6,6 +6,14 @@
 
 namespace specverify {
 
+/// FSD's parameters: a divergence the enum names (a cast from an integer may name none) and a
+/// threshold in [0, FLT_MAX].
+inline Problem check_fsd(Divergence divergence, float threshold) {
+  const auto kind = static_cast<int>(divergence);
+  if (const Problem p = Problem::unless_within("divergence", kind, 0, static_cast<int>(Divergence::tv))) return p;
+  return Problem::unless_within("threshold", threshold, 0.0, 3.4e38);
+}
+
 /// Accept x iff p(x) > 0 and D(p, q) <= threshold (inclusive, as the authors' code); a
 /// deterministic decision. On rejection the extra token comes from p. The FSD release computes D
 /// on temperature-1 distributions while sampling from the warped p: pass the rows you want D on.
@@ -19,7 +27,7 @@ struct Fsd {
     const bool close = at.p_x > 0.0f && at.divergence <= threshold;
     return {close, close, true};
   }
-  Problem check() const { return Problem::unless_within("threshold", threshold, 0.0, 3.4e38); }
+  Problem check() const { return check_fsd(divergence, threshold); }
 };
 
 /// rFSD: accept x iff (p(x) > 0 and D(p, q) < threshold) or the Standard test passes; on
@@ -37,7 +45,7 @@ struct ReducibleFsd {
     const bool close = at.p_x > 0.0f && threshold > 0.0f && at.divergence < threshold;
     return {close, close, true};
   }
-  Problem check() const { return Problem::unless_within("threshold", threshold, 0.0, 3.4e38); }
+  Problem check() const { return check_fsd(divergence, threshold); }
 };
 
 }  // namespace specverify

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "specverify/core/checks.hpp"
 #include "specverify/core/validate.hpp"
 #include "specverify/cuda/verify_kernel.cuh"
 #include "specverify/cuda/workspace.cuh"
+#include "specverify/rule.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify::cuda {
@@ -23,7 +25,7 @@ struct DeviceRandomness {
   const std::uint64_t* seed{};              // device [1]
   const std::uint64_t* offset{};            // device [1]: advance between steps
   const std::uint64_t* sequence_seeds{};    // optional device [B]
-  const float* accept_uniforms{};           // optional device [offsets[B]]
+  const float* accept_uniforms{};           // optional device [drafts or nodes]
   const float* sample_uniforms{};           // optional device [B]
 };
 
@@ -31,47 +33,66 @@ namespace detail {
 
 inline constexpr int kBlockThreads = 256;
 
-template <class Rule, class Prob>
-cudaError_t launch(const Rule& rule, const ChainBatch<Prob>& batch,
-                   const KernelRandomness& randomness, const ChainOutput& out,
-                   const Workspace& workspace, cudaStream_t stream) {
+inline KernelRandomness from_device(const DeviceRandomness& randomness) {
+  core::raise_if(core::check_pointer(randomness.seed, "device seed"));
+  core::raise_if(core::check_pointer(randomness.offset, "device offset"));
+  Randomness values;
+  values.sequence_seeds = randomness.sequence_seeds;
+  values.accept_uniforms = randomness.accept_uniforms;
+  values.sample_uniforms = randomness.sample_uniforms;
+  return KernelRandomness{values, randomness.seed, randomness.offset};
+}
+
+/// Checks what the host can judge, then launches the walk and the write for any batch kind.
+template <class Rule, class Batch, class Output>
+cudaError_t launch(const Rule& rule, const Batch& batch, const KernelRandomness& randomness,
+                   const Output& out, const Workspace& workspace, cudaStream_t stream) {
+  using Prob = std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_probs)>>;
   static_assert(std::is_same_v<Prob, float> || std::is_same_v<Prob, __half> ||
                     std::is_same_v<Prob, __nv_bfloat16>,
                 "probabilities are float, __half or __nv_bfloat16");
   // What the host can check without reading device memory throws here, as on the CPU.
   core::validate_shape(rule, batch, out);
-  core::detail::check_stride("target_stride", batch.target_stride, 0, batch);
-  core::detail::check_stride("draft_stride", batch.draft_stride, 0, batch);
-  const std::size_t needed = workspace_bytes(rule, batch);
+  const std::size_t needed = workspace_bytes(rule, batch, out);
   if (!workspace.data || workspace.bytes < needed) {
-    core::detail::reject("workspace holds ", workspace.bytes, " bytes, workspace_bytes() = ", needed);
+    core::raise(core::batch_finding(core::Check::workspace, core::Stage::shape)
+                    .ints(static_cast<std::int64_t>(workspace.bytes), static_cast<std::int64_t>(needed)));
   }
 
   Header* h = header(workspace);
   if (const cudaError_t status = cudaMemsetAsync(h, 0, sizeof(Header), stream)) return status;
   const std::int32_t B = batch.batch_size;
   if (B == 0) return cudaSuccess;
-  walk_kernel<Rule, Prob, kBlockThreads><<<B, kBlockThreads, 0, stream>>>(
-      rule, batch, randomness, out.row_width, h, records(workspace));
+  float* staged = out.logprobs ? staging(workspace, B) : nullptr;
+  walk_kernel<Rule, Batch, kBlockThreads><<<B, kBlockThreads, 0, stream>>>(
+      rule, batch, randomness, out.row_width, staged, h, records(workspace));
   write_kernel<kBlockThreads><<<(B + kBlockThreads - 1) / kBlockThreads, kBlockThreads, 0, stream>>>(
-      batch.draft_offsets, batch.draft_tokens, B, out, h, records(workspace));
+      core::BatchChecks<Batch>::Layout::of(batch), B, core::OutputRows::of(out), staged, h,
+      records(workspace));
   return cudaGetLastError();
+}
+
+template <class Rule>
+constexpr void require_tree_form() {
+  static_assert(!specverify::detail::has_cut<Rule>::value,
+                "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
 }
 
 }  // namespace detail
 
 /// Verifies a batch of draft chains with `rule` on `stream`, all pointers on the device: writes
-/// n_b accepted drafts, one more token and kNoToken padding per sequence, and the batch's
-/// VerifyStats into the workspace (read_stats, device_stats). The tokens are the CPU backend's
-/// for the same input. Never synchronises. Input the host can judge without reading device
-/// memory (sizes, null pointers, strides, rule parameters, a small workspace) throws
-/// invalid_input here; what lies in device memory (offsets, tokens, rows, uniforms, per-draft
-/// rule inputs) is checked on the device, and a fault there writes no output at all and is
-/// reported by check(). Returns the launch status.
+/// n_b accepted drafts, one more token and kNoToken padding per sequence (and logprobs where
+/// out.logprobs is set), and the batch's VerifyStats into the workspace (read_stats,
+/// device_stats). The tokens are the CPU backend's for the same input. Never synchronises. Input
+/// the host can judge without reading device memory (sizes, null pointers, strides, rule
+/// parameters, a small workspace) throws invalid_input here; what lies in device memory (offsets,
+/// tokens, rows, uniforms, per-draft rule inputs) is checked on the device by the CPU's checks,
+/// and a fault there writes no output at all and is reported by check() in the CPU's words.
+/// Returns the launch status.
 ///
 ///   specverify::ChainBatch<__half> batch{B, V, d_offsets, d_drafts, d_p, d_q};
 ///   specverify::ChainOutput out{d_tokens, K + 1, d_accepted};
-///   specverify::cuda::Workspace ws{d_ws, specverify::cuda::workspace_bytes(rule, batch)};
+///   specverify::cuda::Workspace ws{d_ws, specverify::cuda::workspace_bytes(rule, batch, out)};
 ///   specverify::cuda::verify(specverify::Standard{}, batch, {seed, step}, out, ws, stream);
 ///   specverify::cuda::check(ws, stream);  // optional: syncs, throws on bad input
 template <class Rule, class Prob>
@@ -90,14 +111,34 @@ template <class Rule, class Prob>
 cudaError_t verify(const Rule& rule, const ChainBatch<Prob>& batch,
                    const DeviceRandomness& randomness, const ChainOutput& out,
                    const Workspace& workspace, cudaStream_t stream) {
-  if (!randomness.seed) core::detail::reject("device seed is null");
-  if (!randomness.offset) core::detail::reject("device offset is null");
-  Randomness values;
-  values.sequence_seeds = randomness.sequence_seeds;
-  values.accept_uniforms = randomness.accept_uniforms;
-  values.sample_uniforms = randomness.sample_uniforms;
-  return detail::launch(rule, batch, detail::KernelRandomness{values, randomness.seed, randomness.offset},
-                        out, workspace, stream);
+  return detail::launch(rule, batch, detail::from_device(randomness), out, workspace, stream);
+}
+
+/// Verifies a batch of draft trees with `rule` on `stream`, as the CPU's verify over TreeBatch
+/// (API.md "Trees") with the same tokens, and with the chains' device semantics above: the
+/// accepted path's tokens (and accepted_nodes, logprobs where set), one more token, kNoToken
+/// padding; bad parent links, tokens, uniforms or a row_width below a path are found on the
+/// device and reported by check().
+///
+///   specverify::TreeBatch<float> batch{B, V, d_node_offsets, d_parents, d_drafts, d_p, d_q};
+///   batch.drafted = specverify::Drafted::sampled;
+///   specverify::TreeOutput out{d_tokens, depth + 1, d_accepted, d_accepted_nodes};
+///   specverify::cuda::Workspace ws{d_ws, specverify::cuda::workspace_bytes(rule, batch, out)};
+///   specverify::cuda::verify(specverify::Standard{}, batch, {seed, step}, out, ws, stream);
+template <class Rule, class Prob>
+cudaError_t verify(const Rule& rule, const TreeBatch<Prob>& batch, const Randomness& randomness,
+                   const TreeOutput& out, const Workspace& workspace, cudaStream_t stream) {
+  detail::require_tree_form<Rule>();
+  return detail::launch(rule, batch, detail::KernelRandomness{randomness}, out, workspace, stream);
+}
+
+/// Trees with seed and offset read from device memory when the kernel runs (CUDA graphs).
+template <class Rule, class Prob>
+cudaError_t verify(const Rule& rule, const TreeBatch<Prob>& batch,
+                   const DeviceRandomness& randomness, const TreeOutput& out,
+                   const Workspace& workspace, cudaStream_t stream) {
+  detail::require_tree_form<Rule>();
+  return detail::launch(rule, batch, detail::from_device(randomness), out, workspace, stream);
 }
 
 }  // namespace specverify::cuda

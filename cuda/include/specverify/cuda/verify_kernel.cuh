@@ -1,21 +1,22 @@
-// The CUDA backend's kernels: one block per sequence validates the sequence's input and walks
-// its chain with core::walk over BlockRows; a second kernel writes every output, only when
-// no block recorded a fault.
+// The CUDA backend's kernels, for any batch kind whose core::BatchChecks names its layout (chains,
+// trees): one block per sequence checks the sequence's input with the shared validator
+// (core/checks.hpp), walks it with core::walk over BlockRows and keeps the outcome in its record;
+// a second kernel writes every output with the shared writer (core/output.hpp), and only when no
+// block found anything.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
-#include "specverify/core/chain_layout.hpp"
+#include "specverify/core/checks.hpp"
 #include "specverify/core/output.hpp"
 #include "specverify/core/prob_source.hpp"
-#include "specverify/core/validate.hpp"
 #include "specverify/core/walk.hpp"
 #include "specverify/cuda/block_rows.cuh"
 #include "specverify/cuda/workspace.cuh"
-#include "specverify/rule.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify::cuda::detail {
@@ -35,137 +36,71 @@ struct KernelRandomness {
   }
 };
 
-/// Stride overflow as core::detail::check_stride words it: stride * rows beyond int64.
-template <class Prob>
-__device__ bool stride_overflows(std::int64_t stride, std::int64_t rows, const ChainBatch<Prob>& batch) {
-  const std::int64_t s = stride ? stride : batch.vocab_size;
-  return rows > 0 && s > (LLONG_MAX - batch.vocab_size) / rows;
-}
+/// core::check_sequence's per-item work spread over the block: each thread takes every
+/// kThreads-th item and the block agrees on the first. Every thread calls alike.
+template <class Prob, int kThreads>
+struct BlockItems {
+  BlockRows<Prob, kThreads>& rows;
 
-/// Checks, in every thread alike, what the host could not: the batch-wide facts (offsets[0],
-/// row count, strides, draft_tokens) and sequence b's own input, in core::validate's order.
-/// Returns whether b's chain may be walked. A false return with rec.issue == none means b's arrays
-/// are unsafe to read because of another sequence's fault, which that sequence records: only
-/// sequence 0 records batch-wide faults, only b records its own, so the lowest faulting sequence
-/// is well defined and nothing out of bounds is ever read.
-template <int kThreads, class Rule, class Prob, class Rows>
-__device__ bool check_sequence(const Rule& rule, const ChainBatch<Prob>& batch,
-                               const Randomness& randomness, std::int32_t row_width,
-                               std::int32_t b, Rows& rows, SequenceRecord& rec) {
-  const std::int32_t* offsets = batch.draft_offsets;
-  const std::int32_t B = batch.batch_size, first = offsets[b], next = offsets[b + 1];
-  const std::int32_t drafts = offsets[B];
-  const std::int64_t target_rows = std::int64_t{drafts} + B;
-  const auto fault = [&](Issue issue, std::int64_t a = 0, std::int64_t c = 0) {
-    rec.issue = issue;
-    rec.a = a;
-    rec.c = c;
-    return false;
-  };
-  const auto name = [&](const char* what) {
-    int i = 0;
-    for (; what[i] && i + 1 < int(sizeof rec.what); ++i) rec.what[i] = what[i];
-    rec.what[i] = '\0';
-  };
-
-  if (b == 0 && offsets[0] != 0) return fault(Issue::offsets_start, offsets[0]);
-  if (next < first) return fault(Issue::offsets_decrease, first, next);
-  if (b == 0 && drafts >= 0 && target_rows > INT_MAX) return fault(Issue::rows_overflow, target_rows);
-  if (b == 0 && drafts >= 0 && stride_overflows(batch.target_stride, target_rows, batch)) {
-    name("target_stride");
-    return fault(Issue::stride_overflow, batch.target_stride ? batch.target_stride : batch.vocab_size,
-                 target_rows);
-  }
-  if (b == 0 && drafts >= 0 && stride_overflows(batch.draft_stride, drafts, batch)) {
-    name("draft_stride");
-    return fault(Issue::stride_overflow, batch.draft_stride ? batch.draft_stride : batch.vocab_size,
-                 drafts);
-  }
-  if (b == 0 && drafts > 0 && !batch.draft_tokens) return fault(Issue::draft_tokens_null);
-  // Sequence 0 has recorded any batch-wide fault; with none, offsets outside [0, drafts] mean a
-  // decrease that its sequence records.
-  const bool batch_ok = offsets[0] == 0 && drafts >= 0 && target_rows <= INT_MAX &&
-                        !stride_overflows(batch.target_stride, target_rows, batch) &&
-                        !stride_overflows(batch.draft_stride, drafts, batch) &&
-                        (drafts == 0 || batch.draft_tokens);
-  if (!batch_ok || first < 0 || next > drafts) return false;
-
-  if (std::int64_t{next} - first + 1 > row_width) {
-    return fault(Issue::row_width, row_width, std::int64_t{next} - first + 1);
-  }
-  if (randomness.sample_uniforms && !core::detail::is_uniform(randomness.sample_uniforms[b])) {
-    rec.value = randomness.sample_uniforms[b];
-    return fault(Issue::sample_uniform);
+  template <class Bad>
+  __device__ std::int32_t first(std::int32_t n, const Bad& bad) {
+    int found = INT_MAX;
+    for (std::int32_t i = threadIdx.x; i < n && found == INT_MAX; i += kThreads) {
+      if (bad(i)) found = i;
+    }
+    found = rows.min(found);
+    return found == INT_MAX ? -1 : found;
   }
 
-  // Per-draft inputs: the threads check the drafts in parallel and the first bad one is named.
-  const auto draft_problem = [&](std::int32_t g) {
-    Problem problem;
-    if constexpr (specverify::detail::has_check_draft<Rule>::value) problem = rule.check_draft(g);
-    return problem;
-  };
-  const auto bad_draft = [&](std::int32_t g) {
-    const std::int32_t x = batch.draft_tokens[g];
-    return x < 0 || x >= batch.vocab_size ||
-           (randomness.accept_uniforms && !core::detail::is_uniform(randomness.accept_uniforms[g])) ||
-           draft_problem(g).what != nullptr;
-  };
-  int bad = INT_MAX;
-  for (std::int32_t g = first + std::int32_t(threadIdx.x); g < next && bad == INT_MAX; g += kThreads) {
-    if (bad_draft(g)) bad = g;
+  /// The first node at depth >= `depth`: each node's depth by walking up its parents (which come
+  /// before it), no further than `depth` steps, so the work is bounded by the output's width.
+  __device__ std::int32_t first_deeper(std::int32_t n, const std::int32_t* parents, std::int32_t depth) {
+    return first(n, [&](std::int32_t i) {
+      std::int32_t d = 1;
+      for (std::int32_t p = parents[i]; p >= 0 && d < depth; p = parents[p]) ++d;
+      return d >= depth;
+    });
   }
-  bad = rows.min(bad);
-  if (bad == INT_MAX) return true;
-  rec.position = bad - first;
-  const std::int32_t x = batch.draft_tokens[bad];
-  if (x < 0 || x >= batch.vocab_size) return fault(Issue::draft_token, x, batch.vocab_size);
-  if (randomness.accept_uniforms && !core::detail::is_uniform(randomness.accept_uniforms[bad])) {
-    rec.value = randomness.accept_uniforms[bad];
-    return fault(Issue::accept_uniform);
-  }
-  const Problem problem = draft_problem(bad);
-  name(problem.what);
-  rec.value = problem.value;
-  return fault(Issue::rule_draft);
-}
+};
 
-/// One block per sequence: check its input, walk its chain, keep the result in its record. On a
-/// fault, the record says what and the header's first_fault names the lowest faulting sequence.
-template <class Rule, class Prob, int kThreads>
+/// One block per sequence: check its input, walk it, keep the outcome in its record. A finding
+/// goes to the record, and the header's first_fault keeps the lowest rank over all blocks: the
+/// finding the host's validate would have thrown first. `staging` (nullable) receives the walk's
+/// logprobs, [B][row_width].
+template <class Rule, class Batch, int kThreads>
 __global__ void __launch_bounds__(kThreads)
-    walk_kernel(const Rule rule, const ChainBatch<Prob> batch, const KernelRandomness randomness,
-                const std::int32_t row_width, Header* header, SequenceRecord* records) {
+    walk_kernel(const Rule rule, const Batch batch, const KernelRandomness randomness,
+                const std::int32_t row_width, float* staging, Header* header, SequenceRecord* records) {
+  using Prob = std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_probs)>>;
+  using Checks = core::BatchChecks<Batch>;
   __shared__ typename BlockRows<Prob, kThreads>::Shared shared;
   BlockRows<Prob, kThreads> rows(shared, batch.vocab_size);
+  BlockItems<Prob, kThreads> items{rows};
   const auto b = static_cast<std::int32_t>(blockIdx.x);
   const Randomness r = randomness.resolve();
-  SequenceRecord rec;  // the same in every thread; thread 0 stores it
 
-  if (check_sequence<kThreads>(rule, batch, r, row_width, b, rows, rec)) {
+  bool walkable = false;
+  core::Finding finding = core::check_sequence(rule, batch, r, row_width, b, items, walkable);
+  core::WalkResult result;
+  if (walkable) {
     const auto source = core::ProbSource<Prob>::of(batch);
-    rec.result = core::walk(rule, core::ChainLayout::of(batch), source, r, b, rows);
-    core::Fault& f = rec.result.fault;
-    if (f.kind != core::FaultKind::none) rec.issue = Issue::walk;
-    if (f.kind == core::FaultKind::bad_value && f.column < 0) {
-      // A row pass knows only that its rows hold a bad value: name the first one, as the host does.
-      const Prob* target = f.target_row >= 0 ? source.target_row(b, f.target_row) : nullptr;
-      const Prob* draft = f.draft_row >= 0 ? source.draft_row(b, f.draft_row) : nullptr;
-      if (target) f.column = rows.first_invalid(target);
-      if (f.column >= 0) {
-        f.value = rows.value(target, f.column);
-      } else if (draft) {
-        f.column = rows.first_invalid(draft);
-        f.target_row = -1;  // core::report then names the draft row
-        if (f.column >= 0) f.value = rows.value(draft, f.column);
-      }
+    // Every thread walks alike; thread 0 alone stages the logprobs.
+    float* stage = staging && threadIdx.x == 0 ? staging + std::int64_t{b} * row_width : nullptr;
+    result = core::walk(rule, Checks::Layout::of(batch), source, r, b, rows, stage);
+    if (result.fault.kind != core::FaultKind::none) {
+      core::name_bad_value(result.fault, b, source, [&](const Prob* row, float& value) {
+        const std::int32_t column = rows.first_invalid(row);
+        if (column >= 0) value = rows.value(row, column);
+        return column;
+      });
+      finding = core::from_fault(result.fault, b, Checks::kItem);
     }
   }
   if (threadIdx.x != 0) return;
-  if (rec.issue == Issue::none) {
-    records[b].result = rec.result;
-  } else {
-    records[b] = rec;
-    atomicMax(&header->first_fault, ~static_cast<unsigned int>(b));
+  records[b].result = result;
+  if (finding) {
+    records[b].finding = finding;
+    atomicMax(&header->first_fault, ~static_cast<unsigned long long>(finding.rank()));
   }
 }
 
@@ -181,20 +116,19 @@ __device__ inline void add(std::int64_t& counter, long long v) {
   }
 }
 
-/// One thread per sequence writes its output row and count and adds its share of VerifyStats,
-/// unless the walk kernel recorded a fault anywhere: then nothing is written at all.
-template <int kThreads>
+/// One thread per sequence writes its outputs with core::write_sequence and adds its share of
+/// VerifyStats, unless the walk kernel found anything anywhere: then nothing is written at all.
+template <int kThreads, class Layout>
 __global__ void __launch_bounds__(kThreads)
-    write_kernel(const std::int32_t* offsets, const std::int32_t* draft_tokens,
-                 const std::int32_t batch_size, const ChainOutput out, Header* header,
-                 const SequenceRecord* records) {
+    write_kernel(const Layout layout, const std::int32_t batch_size, const core::OutputRows out,
+                 const float* staging, Header* header, const SequenceRecord* records) {
   if (header->first_fault != 0) return;
   const std::int64_t b = std::int64_t{blockIdx.x} * kThreads + threadIdx.x;
   core::WalkResult r;  // zero counts for the threads past the batch
   if (b < batch_size) {
     r = records[b].result;
-    const core::ChainLayout layout{offsets, draft_tokens};
-    core::write_sequence(layout, static_cast<std::int32_t>(b), r, core::OutputRows::of(out), nullptr);
+    core::write_sequence(layout, static_cast<std::int32_t>(b), r, out,
+                         staging ? staging + b * out.row_width : nullptr);
   }
   const long long drafted = warp_sum(r.drafted), accepted = warp_sum(r.accepted);
   const long long relaxed = warp_sum(r.relaxed), checked = warp_sum(r.target_checked);
