@@ -28,6 +28,8 @@ struct Residual {
   double scale[kMaxSiblings]{};        // q_i = scale_i * q off the earlier siblings (without replacement)
   double inv_mass[kMaxSiblings]{};     // 1 / Z_i
   double removed = 0;                  // q(c_1) + ... + q(c_steps), for the without-replacement scale
+  double q_total = 1;                  // sum_v q(v), summed at the first absorb (without replacement):
+                                       //   1 - removed is rounding noise once siblings hold most of q
 
   SPECVERIFY_HD bool plain() const { return steps == 0; }
 
@@ -43,7 +45,7 @@ struct Residual {
     }
     return (i < steps ? scale[i] : current_scale()) * rows.value(q, v);
   }
-  SPECVERIFY_HD double current_scale() const { return removed < 1.0 ? 1.0 / (1.0 - removed) : 0.0; }
+  SPECVERIFY_HD double current_scale() const { return removed < q_total ? 1.0 / (q_total - removed) : 0.0; }
 
   /// r_{steps+1}(v): p with every absorbed sibling's step applied.
   SPECVERIFY_HD_TEMPLATE
@@ -71,8 +73,15 @@ struct Residual {
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD void absorb(Rows& rows, std::int32_t current, double z) {
-    scale[steps] = current_scale();
-    if (has_q && drafted == Drafted::sampled_without_replacement) removed += rows.value(q, current);
+    scale[steps] = current_scale();  // the scale the mass z was computed with
+    if (has_q && drafted == Drafted::sampled_without_replacement) {
+      if (steps == 0) {  // the q row's mass, by the backend's mass pass over q as a residual
+        Residual<View> row;
+        row.p = q;
+        q_total = rows.mass(row, -1).value;  // q was validated by the pass that rejected `current`
+      }
+      removed += rows.value(q, current);
+    }
     token[steps] = current;
     inv_mass[steps] = 1.0 / z;
     ++steps;

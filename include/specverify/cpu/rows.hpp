@@ -5,6 +5,7 @@
 
 #include "specverify/core/residual.hpp"
 #include "specverify/cpu/divergence_kernels.hpp"
+#include "specverify/cpu/residual_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/rule.hpp"
 
@@ -32,15 +33,13 @@ struct Rows {
     return cpu::draw<Arch>(Weights::target(p, n), u);
   }
 
-  // A tree node's residual after rejected siblings: element by element in double, in index order
-  // (siblings are few, and these passes rare next to the chain's one residual draw).
+  // A tree node's residual after rejected siblings (cpu/residual_kernels.hpp): one vector pass,
+  // the scalar definition's weights.
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
-    const auto m = core::residual_mass(*this, r, x);
-    return {m.value, m.ok};
+    return residual_mass<Arch>(r, x, n);
   }
   Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
-    const auto t = core::residual_draw(*this, r, x, u);
-    return {t.value, t.ok};
+    return residual_draw<Arch>(r, x, u, n);
   }
 };
 

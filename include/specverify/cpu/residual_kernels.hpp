@@ -1,0 +1,188 @@
+// CPU row work for a tree node's residual after rejected siblings (core/residual.hpp), with
+// xsimd: its mass, and the inverse-CDF draw from it. Every element's weight is computed in double
+// lanes with exactly the scalar definition's operations (core::Residual::after), so the weights are
+// those of the scalar path and only the order of summation differs; the draw is cpu::draw's: the
+// smallest i with w_0 + ... + w_i > u * sum(w), chunked by core::chunk_length, every value read
+// validated, nothing written but a few chunk sums on the stack.
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "specverify/core/residual.hpp"
+#include "specverify/core/row_math.hpp"
+#include "specverify/cpu/row_kernels.hpp"
+
+namespace specverify::cpu {
+
+/// The weights max(r(v) - q_current(v), 0) (or r(v) when the current sibling is kNoToken) of a
+/// residual whose siblings c_1 .. c_steps were absorbed, W elements at a time.
+template <class Arch>
+class ResidualWeights {
+ public:
+  using F = xsimd::batch<float, Arch>;
+  using D = xsimd::batch<double, Arch>;
+  static constexpr std::int32_t WF = F::size, W = D::size;
+  static_assert(WF == 2 * W, "a float vector widens into two double vectors");
+
+  ResidualWeights(const core::Residual<const float*>& r, std::int32_t current, std::int32_t n)
+      : r_(r), current_(current), n_(n),
+        q_(r.has_q ? r.q : nullptr),
+        without_replacement_(r.has_q && r.drafted == Drafted::sampled_without_replacement) {
+    alignas(64) double lanes[W];
+    for (std::int32_t l = 0; l < W; ++l) lanes[l] = l;
+    iota_ = D::load_aligned(lanes);
+  }
+
+  std::int32_t size() const { return n_; }
+  const float* p() const { return r_.p; }
+  const float* q() const { return q_; }
+
+  /// Weights of elements i .. i+W-1 (i a multiple of W); elements past the row weigh 0.
+  D block(std::int32_t i) const {
+    if (i + W <= n_) return at(r_.p + i, q_ ? q_ + i : nullptr, i);
+    float p[W] = {}, q[W] = {};  // p = 0 past the row: r = 0 there, so the weight is 0
+    for (std::int32_t l = 0; i + l < n_; ++l) {
+      p[l] = r_.p[i + l];
+      if (q_) q[l] = q_[i + l];
+    }
+    return at(p, q_ ? q : nullptr, i);
+  }
+
+  /// Whether every value the weights of elements [begin, end) read is a valid probability.
+  bool valid(std::int32_t begin, std::int32_t end) const {
+    for (std::int32_t v = begin; v < end; ++v) {
+      if (!valid_probability(r_.p[v]) || (q_ && !valid_probability(q_[v]))) return false;
+    }
+    return true;
+  }
+
+ private:
+  /// r_1 = p; r_{s+1} = (r_s - q_s > 0 ? (r_s - q_s) / Z_s : 0); then the current sibling's step.
+  /// The same double operations, in the same order, as core::Residual::at and ::after.
+  D at(const float* p, const float* q, std::int32_t i) const {
+    const D zero(0.0);
+    const D index = D(static_cast<double>(i)) + iota_;
+    const D qv = q ? D::load_unaligned(q) : zero;
+    D r = D::load_unaligned(p);
+    xsimd::batch_bool<double, Arch> removed(false);  // c_1 .. c_{s-1} (without replacement)
+    for (std::int32_t s = 0; s < r_.steps; ++s) {
+      const auto sibling = index == D(static_cast<double>(r_.token[s]));
+      const D d = r - step_q(qv, sibling, removed, r_.scale[s]);
+      removed = removed | sibling;
+      r = xsimd::select(d > zero, d * D(r_.inv_mass[s]), zero);
+    }
+    if (current_ < 0) return r;
+    const auto sibling = index == D(static_cast<double>(current_));
+    const D d = r - step_q(qv, sibling, removed, r_.current_scale());
+    return xsimd::select(d > zero, d, zero);
+  }
+
+  /// q_s at these elements: one-hot on the sibling, q, or q without earlier siblings, rescaled.
+  D step_q(const D& q, const xsimd::batch_bool<double, Arch>& sibling,
+           const xsimd::batch_bool<double, Arch>& removed, double scale) const {
+    const D zero(0.0);
+    if (!q_) return xsimd::select(sibling, D(1.0), zero);
+    if (!without_replacement_) return q;
+    return xsimd::select(removed, zero, D(scale) * q);
+  }
+
+  const core::Residual<const float*>& r_;
+  std::int32_t current_;
+  std::int32_t n_;
+  const float* q_;
+  bool without_replacement_;
+  D iota_;
+};
+
+/// One pass: the weights' sum per chunk of core::chunk_length(n) elements (into sums, which has
+/// room for kMaxChunks), their total, and whether every value read was valid.
+template <class Arch>
+Checked<double> residual_chunk_sums(const ResidualWeights<Arch>& w, double* sums, std::int32_t& chunks) {
+  using F = typename ResidualWeights<Arch>::F;
+  using D = typename ResidualWeights<Arch>::D;
+  constexpr std::int32_t WF = ResidualWeights<Arch>::WF, W = ResidualWeights<Arch>::W;
+  const std::int32_t n = w.size(), chunk = core::chunk_length(n);
+  const float* p = w.p();
+  const float* q = w.q();
+  BitsMax<Arch> check;  // bits of p | q: at or above +inf's when a value may be invalid
+  bool ok_tail = true;
+  double total = 0.0;
+  chunks = 0;
+  for (std::int32_t begin = 0; begin < n; begin += chunk, ++chunks) {
+    const std::int32_t end = n - begin > chunk ? begin + chunk : n;
+    D lo(0.0), hi(0.0);  // two accumulators break the add-latency chain
+    std::int32_t i = begin;
+    for (; i + WF <= end; i += WF) {
+      check.add(q ? F::load_unaligned(p + i) | F::load_unaligned(q + i) : F::load_unaligned(p + i));
+      lo += w.block(i);
+      hi += w.block(i + W);
+    }
+    if (i < end) {  // the row's ragged end (chunks are whole vectors)
+      ok_tail = ok_tail && w.valid(i, end);
+      lo += w.block(i);
+      if (i + W < end) hi += w.block(i + W);
+    }
+    sums[chunks] = lane_sum(lo + hi);
+    total += sums[chunks];
+  }
+  // OR-ed bits reach +inf's only if a value is negative, inf or NaN (or two values above 1
+  // combine so): the exact check then decides.
+  const bool ok = ok_tail && (check.value() < BitsMax<Arch>::kInfBits || w.valid(0, n));
+  return {total, ok};
+}
+
+/// Mass of the residual after rejecting sibling x (kNoToken: the residual itself).
+template <class Arch = DefaultArch>
+Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_t x, std::int32_t n) {
+  double sums[kMaxChunks];
+  std::int32_t chunks = 0;
+  return residual_chunk_sums(ResidualWeights<Arch>(r, x, n), sums, chunks);
+}
+
+/// Draws from the weights residual_mass sums: the smallest v with w_0 + ... + w_v > u * sum(w),
+/// -1 when there is no mass. The crossing's chunk is rescanned with the same lane arithmetic, so
+/// the rescan sees the weights the sums were made of.
+template <class Arch = DefaultArch>
+Checked<std::int32_t> residual_draw(const core::Residual<const float*>& r, std::int32_t x, float u,
+                                    std::int32_t n) {
+  constexpr std::int32_t W = ResidualWeights<Arch>::W;
+  const ResidualWeights<Arch> w(r, x, n);
+  double sums[kMaxChunks];
+  std::int32_t chunks = 0;
+  const Checked<double> total = residual_chunk_sums(w, sums, chunks);
+  if (!total.ok) return {-1, false};
+  if (!(total.value > 0.0)) return {-1, true};
+
+  const double threshold = static_cast<double>(u) * total.value;
+  const std::int32_t chunk = core::chunk_length(n);
+  double before = 0.0;
+  std::int32_t c = 0;
+  while (c + 1 < chunks && !(before + sums[c] > threshold)) before += sums[c++];
+  const std::int32_t begin = c * chunk, end = std::min(n, begin + chunk);
+  alignas(64) double lanes[W];
+  std::int32_t last_positive = -1;
+  for (std::int32_t i = begin; i < end; i += W) {
+    w.block(i).store_aligned(lanes);
+    for (std::int32_t l = 0; l < W && i + l < end; ++l) {
+      if (lanes[l] > 0.0) {
+        before += lanes[l];
+        last_positive = i + l;
+        if (before > threshold) return {i + l, true};
+      }
+    }
+  }
+  // Rounding put the crossing past the chunk: its last positive weight, or (when rounding made
+  // the chosen chunk empty) the last positive weight before it.
+  for (std::int32_t i = begin - W; last_positive < 0 && i >= 0; i -= W) {
+    w.block(i).store_aligned(lanes);
+    for (std::int32_t l = W - 1; l >= 0 && last_positive < 0; --l) {
+      if (lanes[l] > 0.0) last_positive = i + l;
+    }
+  }
+  return {last_positive, true};
+}
+
+}  // namespace specverify::cpu
