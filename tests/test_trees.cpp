@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -668,6 +669,145 @@ TEST(ResidualKernel, MatchesTheScalarDefinition) {
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << draws << " draws";
+}
+
+
+// ---- Tree conversions (include/specverify/tree_conversions.hpp).
+
+/// SGLang's links for a tree given by parents (engine entry 0 the root, entry i + 1 node i),
+/// built as build_tree_efficient builds them: nodes visited from the last, each prepended to its
+/// parent's child list, so siblings end up in increasing index.
+void sglang_links(const std::vector<std::int32_t>& parents, std::vector<std::int64_t>& next_token,
+                  std::vector<std::int64_t>& next_sibling) {
+  const std::size_t n = parents.size() + 1;
+  next_token.assign(n, -1);
+  next_sibling.assign(n, -1);
+  for (std::size_t e = n - 1; e > 0; --e) {
+    const std::size_t parent = std::size_t(parents[e - 1] + 1);
+    next_sibling[e] = next_token[parent];
+    next_token[parent] = std::int64_t(e);
+  }
+}
+
+TEST(TreeConversions, NextLinksWorkedExample) {
+  const std::int64_t next_token[] = {1, 3, -1, -1}, next_sibling[] = {-1, 2, -1, -1};
+  const TreeLinks links = from_next_links(next_token, next_sibling, 4);
+  EXPECT_EQ(links.parents, (std::vector<std::int32_t>{-1, -1, 0}));
+  EXPECT_EQ(links.engine_index, (std::vector<std::int32_t>{1, 2, 3}));
+  EXPECT_TRUE(links.in_engine_order(1));
+}
+
+TEST(TreeConversions, NextLinksRoundTrip) {
+  std::mt19937_64 rng(43);
+  for (std::int32_t trial = 0; trial < 500; ++trial) {
+    const std::int32_t N = 1 + std::int32_t(rng() % 40);
+    std::vector<std::int32_t> parents;
+    for (std::int32_t i = 0; i < N; ++i) parents.push_back(std::int32_t(rng() % std::uint64_t(i + 1)) - 1);
+    std::vector<std::int64_t> next_token, next_sibling;
+    sglang_links(parents, next_token, next_sibling);
+    const TreeLinks links = from_next_links(next_token.data(), next_sibling.data(), N + 1);
+    ASSERT_EQ(links.parents, parents);
+    ASSERT_TRUE(links.in_engine_order(1));
+    // Renumber the engine entries at random: the links must describe the same tree, with each
+    // node's children in the engine's sibling order and parents first.
+    std::vector<std::int64_t> perm(std::size_t(N + 1));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin() + 1, perm.end(), rng);
+    std::vector<std::int64_t> token2(std::size_t(N + 1), -1), sibling2(std::size_t(N + 1), -1);
+    for (std::size_t e = 0; e <= std::size_t(N); ++e) {
+      token2[std::size_t(perm[e])] = next_token[e] < 0 ? -1 : perm[std::size_t(next_token[e])];
+      sibling2[std::size_t(perm[e])] = next_sibling[e] < 0 ? -1 : perm[std::size_t(next_sibling[e])];
+    }
+    const TreeLinks shuffled = from_next_links(token2.data(), sibling2.data(), N + 1);
+    ASSERT_EQ(shuffled.parents.size(), std::size_t(N));
+    std::vector<std::int32_t> last_child(std::size_t(N) + 1, -1);
+    for (std::int32_t i = 0; i < N; ++i) {
+      const std::int32_t parent = shuffled.parents[std::size_t(i)];
+      ASSERT_LT(parent, i);
+      const std::int64_t engine_parent = parent < 0 ? 0 : shuffled.engine_index[std::size_t(parent)];
+      // engine_index[i]'s engine parent is the engine node of parents[i]
+      bool found = false;
+      for (std::int64_t c = token2[std::size_t(engine_parent)]; c != -1; c = sibling2[std::size_t(c)]) {
+        found = found || c == shuffled.engine_index[std::size_t(i)];
+      }
+      ASSERT_TRUE(found);
+      // siblings in the engine's order: this node follows the previous child of its parent
+      const std::int32_t previous = last_child[std::size_t(parent + 1)];
+      const std::int64_t expected = previous < 0 ? token2[std::size_t(engine_parent)]
+                                                 : sibling2[std::size_t(shuffled.engine_index[std::size_t(previous)])];
+      ASSERT_EQ(expected, shuffled.engine_index[std::size_t(i)]);
+      last_child[std::size_t(parent + 1)] = i;
+    }
+  }
+}
+
+TEST(TreeConversions, NextLinksRejectMalformedLinks) {
+  const auto expect_bad = [](std::vector<std::int64_t> token, std::vector<std::int64_t> sibling, const char* what) {
+    try {
+      from_next_links(token.data(), sibling.data(), std::int32_t(token.size()));
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const invalid_input& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_bad({1, 4, -1, -1}, {-1, 2, -1, -1}, "next_token[1] = 4");
+  expect_bad({1, -1, -1}, {-1, -2, -1}, "next_sibling[1] = -2");
+  expect_bad({1, 0, -1}, {-1, -1, -1}, "next_token[1] = 0");
+  expect_bad({1, 2, 1}, {-1, -1, -1}, "node 1 is reached twice");
+  expect_bad({1, -1, -1}, {-1, -1, -1}, "node 2 is not reachable");
+  expect_bad({1, -1}, {1, -1}, "next_sibling[0] = 1");
+}
+
+TEST(TreeConversions, PathsWorkedExample) {
+  // Medusa's order: by length, then lexicographically.
+  const TreeLinks links = from_paths({{0}, {1}, {0, 0}, {0, 1}, {2}, {0, 0, 0}});
+  EXPECT_EQ(links.parents, (std::vector<std::int32_t>{-1, -1, -1, 0, 0, 3}));
+  EXPECT_EQ(links.engine_index, (std::vector<std::int32_t>{0, 1, 4, 2, 3, 5}));
+  EXPECT_FALSE(links.in_engine_order(0));
+}
+
+TEST(TreeConversions, PathsRoundTrip) {
+  std::mt19937_64 rng(47);
+  for (std::int32_t trial = 0; trial < 300; ++trial) {
+    const std::int32_t N = 1 + std::int32_t(rng() % 30);
+    std::vector<std::int32_t> parents, children(std::size_t(N) + 1, 0);
+    std::vector<std::vector<std::int32_t>> paths;
+    for (std::int32_t i = 0; i < N; ++i) {
+      const std::int32_t parent = std::int32_t(rng() % std::uint64_t(i + 1)) - 1;
+      std::vector<std::int32_t> path = parent < 0 ? std::vector<std::int32_t>{} : paths[std::size_t(parent)];
+      path.push_back(children[std::size_t(parent + 1)]++);
+      paths.push_back(path);
+    }
+    std::shuffle(paths.begin(), paths.end(), rng);
+    const TreeLinks links = from_paths(paths);
+    ASSERT_EQ(links.parents.size(), paths.size());
+    for (std::int32_t i = 0; i < N; ++i) {  // each node's path, rebuilt from the links
+      std::vector<std::int32_t> path{paths[std::size_t(links.engine_index[std::size_t(i)])].back()};
+      for (std::int32_t a = links.parents[std::size_t(i)]; a >= 0; a = links.parents[std::size_t(a)]) {
+        ASSERT_LT(a, i);
+        path.insert(path.begin(), paths[std::size_t(links.engine_index[std::size_t(a)])].back());
+      }
+      ASSERT_EQ(path, paths[std::size_t(links.engine_index[std::size_t(i)])]);
+      if (i > 0 && links.parents[std::size_t(i - 1)] == links.parents[std::size_t(i)]) {  // siblings by choice
+        EXPECT_GT(path.back(), paths[std::size_t(links.engine_index[std::size_t(i - 1)])].back());
+      }
+    }
+  }
+}
+
+TEST(TreeConversions, PathsRejectMalformedLists) {
+  const auto expect_bad = [](const std::vector<std::vector<std::int32_t>>& paths, const char* what) {
+    try {
+      from_paths(paths);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const invalid_input& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_bad({{0}, {}}, "path 1 is empty");
+  expect_bad({{0}, {0, -1}}, "path 1 has choice -1");
+  expect_bad({{0}, {1}, {0}}, "repeats path");
+  expect_bad({{0}, {1, 0}}, "path 1: its parent path is not listed");
 }
 
 }  // namespace

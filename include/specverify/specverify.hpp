@@ -12,4 +12,5 @@
 #include "specverify/rules/specdecpp.hpp"
 #include "specverify/rules/sprinter.hpp"
 #include "specverify/rules/standard.hpp"
+#include "specverify/tree_conversions.hpp"
 #include "specverify/types.hpp"
