@@ -1,9 +1,16 @@
 // CPU row work for a tree node's residual after rejected siblings (core/residual.hpp), with
 // xsimd: its mass, and the inverse-CDF draw from it. Every element's weight is computed in double
-// lanes with exactly the scalar definition's operations (core::Residual::after), so the weights are
-// those of the scalar path and only the order of summation differs; the draw is cpu::draw's: the
+// lanes with the scalar definition's operations (core::Residual::after), so the weights are those
+// of the scalar path and only the order of summation differs; the draw is cpu::draw's: the
 // smallest i with w_0 + ... + w_i > u * sum(w), chunked by core::chunk_length, every value read
-// validated, nothing written but a few chunk sums on the stack.
+// validated, nothing written but the chunk sums on the stack.
+//
+// Speed: the siblings' tokens matter only in the few vectors that hold them; they take the
+// definition's steps literally. Everywhere else q_s = c_s q (c_s = 1 sampled, the rescale without
+// replacement, 0 one-hot), and the steps collapse: with r_s = max(p - S_s q, 0) * P_s,
+//   max(r_s - c_s q, 0) / Z_s = max(p - (S_s + c_s / P_s) q, 0) * (P_s / Z_s),
+// so whatever the number of siblings absorbed, an element costs one multiply-subtract, a compare
+// and a multiply. The two forms agree to rounding (a few ulps of each weight).
 #pragma once
 
 #include <xsimd/xsimd.hpp>
@@ -17,23 +24,43 @@
 
 namespace specverify::cpu {
 
+namespace detail {
+
+/// How the siblings' q_s are made: one-hot on the sibling, q, or q without earlier siblings.
+enum class SiblingDraft { one_hot, sampled, without_replacement };
+
 /// The weights max(r(v) - q_current(v), 0) (or r(v) when the current sibling is kNoToken) of a
 /// residual whose siblings c_1 .. c_steps were absorbed, W elements at a time.
-template <class Arch>
+template <class Arch, SiblingDraft M>
 class ResidualWeights {
  public:
   using F = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
+  using Mask = xsimd::batch_bool<double, Arch>;
   static constexpr std::int32_t WF = F::size, W = D::size;
   static_assert(WF == 2 * W, "a float vector widens into two double vectors");
 
   ResidualWeights(const core::Residual<const float*>& r, std::int32_t current, std::int32_t n)
-      : r_(r), current_(current), n_(n),
-        q_(r.has_q ? r.q : nullptr),
-        without_replacement_(r.has_q && r.drafted == Drafted::sampled_without_replacement) {
+      : r_(r), current_(current), n_(n), q_(M == SiblingDraft::one_hot ? nullptr : r.q) {
     alignas(64) double lanes[W];
     for (std::int32_t l = 0; l < W; ++l) lanes[l] = l;
     iota_ = D::load_aligned(lanes);
+    // Tokens whose vectors need the general path: every sibling for one-hot drafts (q_s is 1
+    // there), the absorbed ones without replacement (q_s is 0 there), none for sampled.
+    if (M != SiblingDraft::sampled) {
+      for (std::int32_t s = 0; s < r.steps; ++s) special_[specials_++] = r.token[s];
+      if (M == SiblingDraft::one_hot && current >= 0) special_[specials_++] = current;
+      std::sort(special_, special_ + specials_);
+    }
+    // The collapsed steps: S and P after the absorbed siblings, then the current one's step.
+    for (std::int32_t s = 0; s < r.steps; ++s) {
+      if (M != SiblingDraft::one_hot) shift_ += (M == SiblingDraft::sampled ? 1.0 : r.scale[s]) / scale_;
+      scale_ *= r.inv_mass[s];
+    }
+    if (current >= 0 && M != SiblingDraft::one_hot) {
+      shift_ += (M == SiblingDraft::sampled ? 1.0 : r.current_scale()) / scale_;
+    }
+    finite_ = scale_ > 0.0 && scale_ <= 1.7976931348623157e308 && shift_ <= 1.7976931348623157e308;
   }
 
   std::int32_t size() const { return n_; }
@@ -60,32 +87,51 @@ class ResidualWeights {
   }
 
  private:
+  D at(const float* p, const float* q, std::int32_t i) const {
+    return holds_special(i) || !finite_ ? general(p, q, i) : clean(p, q);
+  }
+
+  /// Whether a special token lies in [i, i + W). Blocks come mostly in increasing order, so a
+  /// cursor into the sorted tokens makes this O(1); it restarts when a caller goes back.
+  bool holds_special(std::int32_t i) const {
+    if (specials_ == 0) return false;
+    if (cursor_ > 0 && special_[cursor_ - 1] >= i) cursor_ = 0;
+    while (cursor_ < specials_ && special_[cursor_] < i) ++cursor_;
+    return cursor_ < specials_ && special_[cursor_] < i + W;
+  }
+
+  /// Elements that are no sibling: max(p - S q, 0) * P, the steps collapsed.
+  D clean(const float* p, const float* q) const {
+    const D zero(0.0);
+    const D r = M == SiblingDraft::one_hot ? D::load_unaligned(p)
+                                           : D::load_unaligned(p) - D(shift_) * D::load_unaligned(q);
+    return xsimd::select(r > zero, r * D(scale_), zero);
+  }
+
   /// r_1 = p; r_{s+1} = (r_s - q_s > 0 ? (r_s - q_s) / Z_s : 0); then the current sibling's step.
   /// The same double operations, in the same order, as core::Residual::at and ::after.
-  D at(const float* p, const float* q, std::int32_t i) const {
+  D general(const float* p, const float* q, std::int32_t i) const {
     const D zero(0.0);
     const D index = D(static_cast<double>(i)) + iota_;
     const D qv = q ? D::load_unaligned(q) : zero;
     D r = D::load_unaligned(p);
-    xsimd::batch_bool<double, Arch> removed(false);  // c_1 .. c_{s-1} (without replacement)
+    Mask removed(false);  // c_1 .. c_{s-1} (without replacement)
     for (std::int32_t s = 0; s < r_.steps; ++s) {
-      const auto sibling = index == D(static_cast<double>(r_.token[s]));
+      const Mask sibling = index == D(static_cast<double>(r_.token[s]));
       const D d = r - step_q(qv, sibling, removed, r_.scale[s]);
       removed = removed | sibling;
       r = xsimd::select(d > zero, d * D(r_.inv_mass[s]), zero);
     }
     if (current_ < 0) return r;
-    const auto sibling = index == D(static_cast<double>(current_));
+    const Mask sibling = index == D(static_cast<double>(current_));
     const D d = r - step_q(qv, sibling, removed, r_.current_scale());
     return xsimd::select(d > zero, d, zero);
   }
 
-  /// q_s at these elements: one-hot on the sibling, q, or q without earlier siblings, rescaled.
-  D step_q(const D& q, const xsimd::batch_bool<double, Arch>& sibling,
-           const xsimd::batch_bool<double, Arch>& removed, double scale) const {
+  D step_q(const D& q, const Mask& sibling, const Mask& removed, double scale) const {
     const D zero(0.0);
-    if (!q_) return xsimd::select(sibling, D(1.0), zero);
-    if (!without_replacement_) return q;
+    if (M == SiblingDraft::one_hot) return xsimd::select(sibling, D(1.0), zero);
+    if (M == SiblingDraft::sampled) return q;
     return xsimd::select(removed, zero, D(scale) * q);
   }
 
@@ -93,21 +139,26 @@ class ResidualWeights {
   std::int32_t current_;
   std::int32_t n_;
   const float* q_;
-  bool without_replacement_;
   D iota_;
+  std::int32_t special_[core::kMaxSiblings + 1]{};
+  std::int32_t specials_ = 0;
+  mutable std::int32_t cursor_ = 0;
+  double shift_ = 0.0;  // S: how many q's the collapsed steps subtract from p
+  double scale_ = 1.0;  // P: the product of the absorbed steps' 1 / Z_s
+  bool finite_ = true;
 };
 
 /// One pass: the weights' sum per chunk of core::chunk_length(n) elements (into sums, which has
 /// room for kMaxChunks), their total, and whether every value read was valid.
-template <class Arch>
-Checked<double> residual_chunk_sums(const ResidualWeights<Arch>& w, double* sums, std::int32_t& chunks) {
-  using F = typename ResidualWeights<Arch>::F;
-  using D = typename ResidualWeights<Arch>::D;
-  constexpr std::int32_t WF = ResidualWeights<Arch>::WF, W = ResidualWeights<Arch>::W;
+template <class Weights>
+Checked<double> chunk_sums(const Weights& w, double* sums, std::int32_t& chunks) {
+  using F = typename Weights::F;
+  using D = typename Weights::D;
+  constexpr std::int32_t WF = Weights::WF, W = Weights::W;
   const std::int32_t n = w.size(), chunk = core::chunk_length(n);
   const float* p = w.p();
   const float* q = w.q();
-  BitsMax<Arch> check;  // bits of p | q: at or above +inf's when a value may be invalid
+  BitsMax<typename F::arch_type> check;  // bits of p | q: at or above +inf's when a value may be invalid
   bool ok_tail = true;
   double total = 0.0;
   chunks = 0;
@@ -130,29 +181,26 @@ Checked<double> residual_chunk_sums(const ResidualWeights<Arch>& w, double* sums
   }
   // OR-ed bits reach +inf's only if a value is negative, inf or NaN (or two values above 1
   // combine so): the exact check then decides.
-  const bool ok = ok_tail && (check.value() < BitsMax<Arch>::kInfBits || w.valid(0, n));
+  const bool ok = ok_tail && (check.value() < BitsMax<typename F::arch_type>::kInfBits || w.valid(0, n));
   return {total, ok};
 }
 
-/// Mass of the residual after rejecting sibling x (kNoToken: the residual itself).
-template <class Arch = DefaultArch>
-Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_t x, std::int32_t n) {
+template <class Weights>
+Checked<double> mass(const Weights& w) {
   double sums[kMaxChunks];
   std::int32_t chunks = 0;
-  return residual_chunk_sums(ResidualWeights<Arch>(r, x, n), sums, chunks);
+  return chunk_sums(w, sums, chunks);
 }
 
-/// Draws from the weights residual_mass sums: the smallest v with w_0 + ... + w_v > u * sum(w),
-/// -1 when there is no mass. The crossing's chunk is rescanned with the same lane arithmetic, so
-/// the rescan sees the weights the sums were made of.
-template <class Arch = DefaultArch>
-Checked<std::int32_t> residual_draw(const core::Residual<const float*>& r, std::int32_t x, float u,
-                                    std::int32_t n) {
-  constexpr std::int32_t W = ResidualWeights<Arch>::W;
-  const ResidualWeights<Arch> w(r, x, n);
+/// The crossing's chunk is rescanned with the same lane arithmetic, so the rescan sees the
+/// weights the sums were made of.
+template <class Weights>
+Checked<std::int32_t> draw(const Weights& w, float u) {
+  constexpr std::int32_t W = Weights::W;
+  const std::int32_t n = w.size();
   double sums[kMaxChunks];
   std::int32_t chunks = 0;
-  const Checked<double> total = residual_chunk_sums(w, sums, chunks);
+  const Checked<double> total = chunk_sums(w, sums, chunks);
   if (!total.ok) return {-1, false};
   if (!(total.value > 0.0)) return {-1, true};
 
@@ -183,6 +231,32 @@ Checked<std::int32_t> residual_draw(const core::Residual<const float*>& r, std::
     }
   }
   return {last_positive, true};
+}
+
+/// Calls f with the weights of this residual's kind.
+template <class Arch, class Body>
+auto with_weights(const core::Residual<const float*>& r, std::int32_t x, std::int32_t n, const Body& f) {
+  if (!r.has_q) return f(ResidualWeights<Arch, SiblingDraft::one_hot>(r, x, n));
+  if (r.drafted == Drafted::sampled_without_replacement) {
+    return f(ResidualWeights<Arch, SiblingDraft::without_replacement>(r, x, n));
+  }
+  return f(ResidualWeights<Arch, SiblingDraft::sampled>(r, x, n));
+}
+
+}  // namespace detail
+
+/// Mass of the residual after rejecting sibling x (kNoToken: the residual itself).
+template <class Arch = DefaultArch>
+Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_t x, std::int32_t n) {
+  return detail::with_weights<Arch>(r, x, n, [](const auto& w) { return detail::mass(w); });
+}
+
+/// Draws from the weights residual_mass sums: the smallest v with w_0 + ... + w_v > u * sum(w),
+/// -1 when there is no mass.
+template <class Arch = DefaultArch>
+Checked<std::int32_t> residual_draw(const core::Residual<const float*>& r, std::int32_t x, float u,
+                                    std::int32_t n) {
+  return detail::with_weights<Arch>(r, x, n, [u](const auto& w) { return detail::draw(w, u); });
 }
 
 }  // namespace specverify::cpu
