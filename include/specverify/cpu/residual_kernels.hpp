@@ -38,6 +38,7 @@ class ResidualWeights {
   using D = xsimd::batch<double, Arch>;
   using Mask = xsimd::batch_bool<double, Arch>;
   static constexpr std::int32_t WF = F::size, W = D::size;
+  static constexpr bool kOneHot = M == SiblingDraft::one_hot;
   static_assert(WF == 2 * W, "a float vector widens into two double vectors");
 
   ResidualWeights(const core::Residual<const float*>& r, std::int32_t current, std::int32_t n)
@@ -77,6 +78,20 @@ class ResidualWeights {
     }
     return at(p, q_ ? q : nullptr, i);
   }
+
+  /// The first vector start at or after i (a multiple of W) whose vector needs the definition's
+  /// steps: the vector of the next sibling token; n when there is none.
+  std::int32_t clean_until(std::int32_t i) const {
+    if (!finite_) return i;
+    const std::int32_t* next = std::lower_bound(special_, special_ + specials_, i);
+    return next == special_ + specials_ ? n_ : *next - *next % W;
+  }
+  /// Weights of elements i .. i+W-1 of a vector clean_until() vouched for.
+  D clean_block(std::int32_t i) const { return clean(r_.p + i, q_ ? q_ + i : nullptr); }
+  /// Whether [begin, end) holds a sibling token (or the collapsed steps cannot be used).
+  bool holds_special(std::int32_t begin, std::int32_t end) const { return clean_until(begin) < end; }
+  /// P, the factor a one-hot node's weights off its siblings carry: they are P p.
+  double scale() const { return scale_; }
 
   /// Whether every value the weights of elements [begin, end) read is a valid probability.
   bool valid(std::int32_t begin, std::int32_t end) const {
@@ -149,9 +164,12 @@ class ResidualWeights {
 };
 
 /// One pass: the weights' sum per chunk of core::chunk_length(n) elements (into sums, which has
-/// room for kMaxChunks), their total, and whether every value read was valid.
+/// room for kMaxChunks), their total, and whether every value read was valid. With `raw_out`,
+/// also each chunk's sum of p; with `raw_in` (one-hot drafts, a node's later siblings), a chunk
+/// without a sibling token is P times its sum of p from the node's first pass, unread.
 template <class Weights>
-Checked<double> chunk_sums(const Weights& w, double* sums, std::int32_t& chunks) {
+Checked<double> chunk_sums(const Weights& w, double* sums, std::int32_t& chunks,
+                           const double* raw_in = nullptr, double* raw_out = nullptr) {
   using F = typename Weights::F;
   using D = typename Weights::D;
   constexpr std::int32_t WF = Weights::WF, W = Weights::W;
@@ -164,43 +182,121 @@ Checked<double> chunk_sums(const Weights& w, double* sums, std::int32_t& chunks)
   chunks = 0;
   for (std::int32_t begin = 0; begin < n; begin += chunk, ++chunks) {
     const std::int32_t end = n - begin > chunk ? begin + chunk : n;
-    D lo(0.0), hi(0.0);  // two accumulators break the add-latency chain
-    std::int32_t i = begin;
+    if (raw_in && !w.holds_special(begin, end)) {
+      sums[chunks] = raw_in[chunks] * w.scale();
+      total += sums[chunks];
+      continue;
+    }
+    D lo(0.0), hi(0.0), raw_lo(0.0), raw_hi(0.0);  // two accumulators break the add-latency chain
+    std::int32_t i = begin, stop = w.clean_until(begin);
     for (; i + WF <= end; i += WF) {
       check.add(q ? F::load_unaligned(p + i) | F::load_unaligned(q + i) : F::load_unaligned(p + i));
-      lo += w.block(i);
-      hi += w.block(i + W);
+      if (i + WF <= stop) {
+        lo += w.clean_block(i);
+        hi += w.clean_block(i + W);
+      } else {
+        lo += w.block(i);
+        hi += w.block(i + W);
+        stop = w.clean_until(i + WF);
+      }
+      if (raw_out) {
+        raw_lo += D::load_unaligned(p + i);
+        raw_hi += D::load_unaligned(p + i + W);
+      }
     }
+    double raw_tail = 0.0;
     if (i < end) {  // the row's ragged end (chunks are whole vectors)
       ok_tail = ok_tail && w.valid(i, end);
       lo += w.block(i);
       if (i + W < end) hi += w.block(i + W);
+      for (std::int32_t v = i; v < end; ++v) raw_tail += p[v];
     }
     sums[chunks] = lane_sum(lo + hi);
+    if (raw_out) raw_out[chunks] = lane_sum(raw_lo + raw_hi) + raw_tail;
     total += sums[chunks];
   }
   // OR-ed bits reach +inf's only if a value is negative, inf or NaN (or two values above 1
-  // combine so): the exact check then decides.
+  // combine so): the exact check then decides. Chunks taken from raw_in were checked by the pass
+  // that made them.
   const bool ok = ok_tail && (check.value() < BitsMax<typename F::arch_type>::kInfBits || w.valid(0, n));
   return {total, ok};
 }
 
+/// Per thread: the chunk sums of p from a one-hot node's first pass (its first rejected sibling,
+/// steps 0), for the passes of its later siblings. The walk calls a node's passes one after
+/// another, the first with steps 0, and no other pass runs on the thread in between: so sums are
+/// used only by the residual object that made them, on the same row, with the siblings recorded
+/// since; any other call drops them.
+struct OneHotSums {
+  const void* residual = nullptr;
+  const float* p = nullptr;
+  std::int32_t n = 0, steps = 0, chunks = 0, first = -1;
+  double first_mass = 0;  // the first pass's mass: the walk absorbs that sibling with 1 / it
+  std::int32_t token[core::kMaxSiblings]{};
+  double inv_mass[core::kMaxSiblings]{};
+  double raw[kMaxChunks]{};
+
+  /// Whether the sums belong to r's node; records r's siblings when they do.
+  bool serve(const core::Residual<const float*>& r, std::int32_t size) {
+    if (residual != &r || p != r.p || n != size || r.steps < steps || r.steps < 1 || r.token[0] != first ||
+        r.inv_mass[0] != 1.0 / first_mass) {
+      return false;
+    }
+    for (std::int32_t s = 0; s < steps; ++s) {
+      if (token[s] != r.token[s] || inv_mass[s] != r.inv_mass[s]) return false;
+    }
+    for (std::int32_t s = steps; s < r.steps; ++s) token[s] = r.token[s], inv_mass[s] = r.inv_mass[s];
+    steps = r.steps;
+    return true;
+  }
+};
+
+inline OneHotSums& one_hot_sums() {
+  static thread_local OneHotSums sums;
+  return sums;
+}
+
+/// chunk_sums, reusing a one-hot node's first pass where the walk allows it.
 template <class Weights>
-Checked<double> mass(const Weights& w) {
+Checked<double> node_chunk_sums(const Weights& w, const core::Residual<const float*>& r, std::int32_t x,
+                                double* sums, std::int32_t& chunks) {
+  OneHotSums& reuse = one_hot_sums();
+  if (!Weights::kOneHot) {
+    reuse.residual = nullptr;
+    return chunk_sums(w, sums, chunks);
+  }
+  if (r.steps > 0 && reuse.serve(r, w.size())) return chunk_sums(w, sums, chunks, reuse.raw);
+  reuse.residual = nullptr;
+  if (r.steps > 0 || x < 0) return chunk_sums(w, sums, chunks);
+  const Checked<double> total = chunk_sums(w, sums, chunks, nullptr, reuse.raw);
+  if (total.ok) {
+    reuse.residual = &r;
+    reuse.p = r.p;
+    reuse.n = w.size();
+    reuse.steps = 0;
+    reuse.chunks = chunks;
+    reuse.first = x;
+    reuse.first_mass = total.value;
+  }
+  return total;
+}
+
+template <class Weights>
+Checked<double> mass(const Weights& w, const core::Residual<const float*>& r, std::int32_t x) {
   double sums[kMaxChunks];
   std::int32_t chunks = 0;
-  return chunk_sums(w, sums, chunks);
+  return node_chunk_sums(w, r, x, sums, chunks);
 }
 
 /// The crossing's chunk is rescanned with the same lane arithmetic, so the rescan sees the
 /// weights the sums were made of.
 template <class Weights>
-Checked<std::int32_t> draw(const Weights& w, float u) {
+Checked<std::int32_t> draw(const Weights& w, const core::Residual<const float*>& r, std::int32_t x, float u) {
   constexpr std::int32_t W = Weights::W;
   const std::int32_t n = w.size();
   double sums[kMaxChunks];
   std::int32_t chunks = 0;
-  const Checked<double> total = chunk_sums(w, sums, chunks);
+  const Checked<double> total = node_chunk_sums(w, r, x, sums, chunks);
   if (!total.ok) return {-1, false};
   if (!(total.value > 0.0)) return {-1, true};
 
@@ -248,7 +344,7 @@ auto with_weights(const core::Residual<const float*>& r, std::int32_t x, std::in
 /// Mass of the residual after rejecting sibling x (kNoToken: the residual itself).
 template <class Arch = DefaultArch>
 Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_t x, std::int32_t n) {
-  return detail::with_weights<Arch>(r, x, n, [](const auto& w) { return detail::mass(w); });
+  return detail::with_weights<Arch>(r, x, n, [&](const auto& w) { return detail::mass(w, r, x); });
 }
 
 /// Draws from the weights residual_mass sums: the smallest v with w_0 + ... + w_v > u * sum(w),
@@ -256,7 +352,7 @@ Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_
 template <class Arch = DefaultArch>
 Checked<std::int32_t> residual_draw(const core::Residual<const float*>& r, std::int32_t x, float u,
                                     std::int32_t n) {
-  return detail::with_weights<Arch>(r, x, n, [u](const auto& w) { return detail::draw(w, u); });
+  return detail::with_weights<Arch>(r, x, n, [&](const auto& w) { return detail::draw(w, r, x, u); });
 }
 
 }  // namespace specverify::cpu
