@@ -32,11 +32,20 @@ struct Trees {
   /// Appends a sequence: its parents and tokens, and its N + 1 target and draft rows.
   void add(const std::vector<std::int32_t>& ps, const std::vector<std::int32_t>& xs,
            const std::vector<std::vector<float>>& p_rows, const std::vector<std::vector<float>>& q_rows) {
+    std::vector<float> p_flat, q_flat;
+    for (const auto& r : p_rows) p_flat.insert(p_flat.end(), r.begin(), r.end());
+    for (const auto& r : q_rows) q_flat.insert(q_flat.end(), r.begin(), r.end());
+    add_rows(ps, xs, p_flat, q_flat);
+  }
+
+  /// Appends a sequence whose N + 1 rows of p and q lie one after another in p_rows and q_rows.
+  void add_rows(const std::vector<std::int32_t>& ps, const std::vector<std::int32_t>& xs,
+                const std::vector<float>& p_rows, const std::vector<float>& q_rows) {
     offsets.push_back(offsets.back() + std::int32_t(ps.size()));
     parents.insert(parents.end(), ps.begin(), ps.end());
     tokens.insert(tokens.end(), xs.begin(), xs.end());
-    for (const auto& r : p_rows) p.insert(p.end(), r.begin(), r.end());
-    for (const auto& r : q_rows) q.insert(q.end(), r.begin(), r.end());
+    p.insert(p.end(), p_rows.begin(), p_rows.end());
+    q.insert(q.end(), q_rows.begin(), q_rows.end());
     std::vector<std::int32_t> depth(ps.size());
     for (std::size_t i = 0; i < ps.size(); ++i) {
       depth[i] = ps[i] < 0 ? 1 : depth[std::size_t(ps[i])] + 1;

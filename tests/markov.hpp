@@ -150,4 +150,35 @@ inline ChiSquare prefix_chi_square(
   return chi_square(counts, exact);
 }
 
+/// prefix_chi_square, `width` trials at a time (one verify call per step serves them all):
+/// `decode` gets the emitted tokens of each trial still short of n tokens, and an offset unique
+/// to this group of trials and step, and returns each trial's new tokens in the same order.
+inline ChiSquare batched_prefix_chi_square(
+    std::int32_t V, std::int32_t n, std::int64_t trials, std::int32_t width, const std::vector<float>& exact,
+    const std::function<std::vector<std::vector<std::int32_t>>(const std::vector<std::vector<std::int32_t>>&,
+                                                               std::uint64_t)>& decode) {
+  std::vector<std::int64_t> counts(exact.size(), 0);
+  for (std::int64_t start = 0, group = 0; start < trials; start += width, ++group) {
+    std::vector<std::vector<std::int32_t>> emitted(std::size_t(std::min<std::int64_t>(width, trials - start)));
+    for (std::uint64_t step = 0;; ++step) {
+      std::vector<std::size_t> active;
+      std::vector<std::vector<std::int32_t>> contexts;
+      for (std::size_t i = 0; i < emitted.size(); ++i) {
+        if (std::int32_t(emitted[i].size()) < n) active.push_back(i), contexts.push_back(emitted[i]);
+      }
+      if (active.empty()) break;
+      const auto tokens = decode(contexts, std::uint64_t(group) * 64 + step);
+      for (std::size_t a = 0; a < active.size(); ++a) {
+        emitted[active[a]].insert(emitted[active[a]].end(), tokens[a].begin(), tokens[a].end());
+      }
+    }
+    for (const auto& e : emitted) {
+      std::int64_t bin = 0;
+      for (std::int32_t i = 0; i < n; ++i) bin = bin * V + e[std::size_t(i)];
+      ++counts[std::size_t(bin)];
+    }
+  }
+  return chi_square(counts, exact);
+}
+
 }  // namespace specverify::testing

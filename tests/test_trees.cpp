@@ -35,29 +35,48 @@ void expect_path(const std::vector<std::int32_t>& parents, const std::vector<std
   for (std::int32_t i = accepted + 1; i < width; ++i) EXPECT_EQ(out[i], kNoToken);
 }
 
-/// One speculative step: a tree of `shape` drafted from Markov q after `context` as `how` says,
-/// verified with `rule` as `declared`. Returns the emitted tokens.
+/// One speculative step for several decodes at once, one sequence each: a tree of `shape`
+/// drafted from Markov q after each context as `how` says, verified with `rule` as `declared`.
+/// Returns each sequence's emitted tokens, and checks its accepted nodes form its output's path.
+template <class Rule = Standard>
+std::vector<std::vector<std::int32_t>> tree_steps(const Markov& p, const Markov& q,
+                                                  const std::vector<std::vector<std::int32_t>>& contexts,
+                                                  const TreeShape& shape, Drafted how, Drafted declared,
+                                                  std::uint64_t seed, std::uint64_t offset, std::mt19937_64& rng,
+                                                  const Rule& rule = {}) {
+  Trees t(p.V);
+  t.drafted = declared;
+  t.with_q = declared != Drafted::deterministic;  // deterministic children need no q: pass none
+  for (const auto& context : contexts) {
+    const DraftedTree d(p, q, shape, context.empty() ? -1 : context.back(), how, rng);
+    t.add_rows(d.parents, d.tokens, d.p, d.q);
+  }
+  verify(rule, t.batch(), Randomness{seed, offset}, t.output());
+  std::vector<std::vector<std::int32_t>> emitted;
+  for (std::int32_t b = 0; b < t.size(); ++b) {
+    const std::int32_t first = t.offsets[std::size_t(b)], last = t.offsets[std::size_t(b) + 1];
+    const std::int32_t n = t.accepted[std::size_t(b)];
+    const std::int32_t* out = t.out_tokens.data() + std::size_t(b) * t.width;
+    expect_path({t.parents.begin() + first, t.parents.begin() + last}, {t.tokens.begin() + first, t.tokens.begin() + last},
+                out, t.nodes.data() + std::size_t(b) * t.width, n, t.width);
+    emitted.emplace_back(out, out + n + 1);
+  }
+  return emitted;
+}
+
+/// One speculative step for one decode.
 template <class Rule = Standard>
 std::vector<std::int32_t> tree_step(const Markov& p, const Markov& q, const std::vector<std::int32_t>& context,
                                     const TreeShape& shape, Drafted how, Drafted declared, std::uint64_t seed,
                                     std::uint64_t offset, std::mt19937_64& rng, const Rule& rule = {}) {
-  const DraftedTree t(p, q, shape, context.empty() ? -1 : context.back(), how, rng);
-  const std::int32_t offsets[2] = {0, std::int32_t(shape.size())};
-  // Deterministic children need no q: pass none, so reading it would crash.
-  const auto batch = t.batch(p.V, offsets, declared, declared != Drafted::deterministic);
-  const std::int32_t width = t.depth + 1;
-  std::vector<std::int32_t> out(static_cast<std::size_t>(width)), nodes(static_cast<std::size_t>(width));
-  std::int32_t accepted = 0;
-  verify(rule, batch, Randomness{seed, offset}, TreeOutput{out.data(), width, &accepted, nodes.data()});
-  expect_path(t.parents, t.tokens, out.data(), nodes.data(), accepted, width);
-  return {out.begin(), out.begin() + accepted + 1};
+  return tree_steps(p, q, {context}, shape, how, declared, seed, offset, rng, rule)[0];
 }
 
 testing::ChiSquare decode_chi_square(const Markov& p, const Markov& q, const TreeShape& shape, Drafted how,
                                      Drafted declared, std::int64_t trials, std::uint64_t draft_seed = 11) {
   std::mt19937_64 draft_rng(draft_seed);
-  return testing::prefix_chi_square(p.V, 3, trials, p.joint(3), [&](const auto& context, std::int64_t step) {
-    return tree_step(p, q, context, shape, how, declared, 99, std::uint64_t(step), draft_rng);
+  return testing::batched_prefix_chi_square(p.V, 3, trials, 500, p.joint(3), [&](const auto& contexts, std::uint64_t offset) {
+    return tree_steps(p, q, contexts, shape, how, declared, 99, offset, draft_rng);
   });
 }
 
