@@ -699,6 +699,50 @@ TEST(ResidualKernel, MatchesTheScalarDefinition) {
 }
 
 
+/// The CPU rows with the scalar residual passes (core::residual_mass / residual_draw).
+struct ScalarResidualRows : cpu::Rows<> {
+  cpu::Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
+    const auto m = core::residual_mass(*this, r, x);
+    return {m.value, m.ok};
+  }
+  cpu::Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
+    const auto d = core::residual_draw(*this, r, x, u);
+    return {d.value, d.ok};
+  }
+};
+
+// Whole walks on wide rows (20 draw chunks; one-hot nodes reuse their first pass's chunk sums)
+// give the tokens the same walks give with the scalar residual.
+TEST(ResidualKernel, WalksOnWideRowsMatchTheScalarResidual) {
+  constexpr std::int32_t V = 20001, B = 6;
+  std::mt19937_64 rng(53);
+  for (Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement, Drafted::deterministic}) {
+    Trees t(V);
+    t.drafted = how;
+    for (std::int32_t b = 0; b < B; ++b) {
+      // The root's first children carry tokens p gives nothing, so several are rejected in turn.
+      const std::vector<std::int32_t> parents = {-1, -1, -1, -1, 0, 4}, tokens = {5, 19999, 1234, 777, 9, 10};
+      std::vector<std::vector<float>> ps, qs;
+      for (std::size_t r = 0; r <= parents.size(); ++r) {
+        ps.push_back(testing::random_distribution(V, rng));
+        qs.push_back(testing::random_distribution(V, rng));
+      }
+      for (std::int32_t c = 0; c < 3 - b % 2; ++c) ps[0][std::size_t(tokens[std::size_t(c)])] = 0.0f;
+      t.add(parents, tokens, ps, qs);
+    }
+    const TreeOutput out = t.output();
+    verify(Standard{}, t.batch(), Randomness{8, 1}, out);
+    const auto layout = core::TreeLayout::of(t.batch());
+    const auto source = core::ProbSource<float>::of(t.batch());
+    for (std::int32_t b = 0; b < B; ++b) {
+      ScalarResidualRows rows{{V}};
+      const core::WalkResult r = core::walk(Standard{}, layout, source, Randomness{8, 1}, b, rows);
+      EXPECT_EQ(r.accepted, t.accepted[std::size_t(b)]) << "Drafted " << int(how) << " b " << b;
+      EXPECT_EQ(r.extra, t.token(b, r.accepted)) << "Drafted " << int(how) << " b " << b;
+    }
+  }
+}
+
 // ---- Tree conversions (include/specverify/tree_conversions.hpp).
 
 /// SGLang's links for a tree given by parents (engine entry 0 the root, entry i + 1 node i),
