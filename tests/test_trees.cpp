@@ -743,6 +743,27 @@ TEST(ResidualKernel, WalksOnWideRowsMatchTheScalarResidual) {
   }
 }
 
+// Without replacement, the first sibling's pass also sums q for the renormalisation asked next
+// (core::Residual::absorb): the value handed over is the separate pass's, bit for bit.
+TEST(ResidualKernel, WithoutReplacementHandsOverTheRowsMassOfQ) {
+  std::mt19937_64 rng(59);
+  for (std::int32_t n : {5, 1000, 1041, 20001}) {
+    const auto p = testing::random_distribution(n, rng), q = testing::random_distribution(n, rng);
+    core::Residual<const float*> r;
+    r.p = p.data();
+    r.q = q.data();
+    r.has_q = true;
+    r.drafted = Drafted::sampled_without_replacement;
+    core::Residual<const float*> q_row;
+    q_row.p = q.data();
+    const double separate = cpu::residual_mass<>(q_row, kNoToken, n).value;
+    ASSERT_TRUE(cpu::residual_mass<>(r, 3, n).ok);
+    const auto handed = cpu::residual_mass<>(q_row, kNoToken, n);
+    EXPECT_TRUE(handed.ok);
+    EXPECT_EQ(handed.value, separate) << n;
+  }
+}
+
 // ---- Tree conversions (include/specverify/tree_conversions.hpp).
 
 /// SGLang's links for a tree given by parents (engine entry 0 the root, entry i + 1 node i),

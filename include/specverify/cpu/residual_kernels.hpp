@@ -39,6 +39,7 @@ class ResidualWeights {
   using Mask = xsimd::batch_bool<double, Arch>;
   static constexpr std::int32_t WF = F::size, W = D::size;
   static constexpr bool kOneHot = M == SiblingDraft::one_hot;
+  static constexpr bool kWithoutReplacement = M == SiblingDraft::without_replacement;
   static_assert(WF == 2 * W, "a float vector widens into two double vectors");
 
   ResidualWeights(const core::Residual<const float*>& r, std::int32_t current, std::int32_t n)
@@ -169,7 +170,8 @@ class ResidualWeights {
 /// without a sibling token is P times its sum of p from the node's first pass, unread.
 template <class Weights>
 Checked<double> chunk_sums(const Weights& w, double* sums, std::int32_t& chunks,
-                           const double* raw_in = nullptr, double* raw_out = nullptr) {
+                           const double* raw_in = nullptr, double* raw_out = nullptr,
+                           double* q_total_out = nullptr) {
   using F = typename Weights::F;
   using D = typename Weights::D;
   constexpr std::int32_t WF = Weights::WF, W = Weights::W;
@@ -187,7 +189,8 @@ Checked<double> chunk_sums(const Weights& w, double* sums, std::int32_t& chunks,
       total += sums[chunks];
       continue;
     }
-    D lo(0.0), hi(0.0), raw_lo(0.0), raw_hi(0.0);  // two accumulators break the add-latency chain
+    D lo(0.0), hi(0.0), raw_lo(0.0), raw_hi(0.0), q_lo(0.0), q_hi(0.0);  // two accumulators each:
+                                                                            // they break the add chain
     std::int32_t i = begin, stop = w.clean_until(begin);
     for (; i + WF <= end; i += WF) {
       check.add(q ? F::load_unaligned(p + i) | F::load_unaligned(q + i) : F::load_unaligned(p + i));
@@ -203,6 +206,10 @@ Checked<double> chunk_sums(const Weights& w, double* sums, std::int32_t& chunks,
         raw_lo += D::load_unaligned(p + i);
         raw_hi += D::load_unaligned(p + i + W);
       }
+      if (q_total_out) {
+        q_lo += D::load_unaligned(q + i);
+        q_hi += D::load_unaligned(q + i + W);
+      }
     }
     double raw_tail = 0.0;
     if (i < end) {  // the row's ragged end (chunks are whole vectors)
@@ -210,9 +217,16 @@ Checked<double> chunk_sums(const Weights& w, double* sums, std::int32_t& chunks,
       lo += w.block(i);
       if (i + W < end) hi += w.block(i + W);
       for (std::int32_t v = i; v < end; ++v) raw_tail += p[v];
+      if (q_total_out) {  // as a pass over q as one-hot weights adds it: zero-padded vectors
+        alignas(64) double lanes[2 * W] = {};
+        for (std::int32_t v = i; v < end; ++v) lanes[v - i] = q[v];
+        q_lo += D::load_aligned(lanes);
+        if (i + W < end) q_hi += D::load_aligned(lanes + W);
+      }
     }
     sums[chunks] = lane_sum(lo + hi);
     if (raw_out) raw_out[chunks] = lane_sum(raw_lo + raw_hi) + raw_tail;
+    if (q_total_out) *q_total_out += lane_sum(q_lo + q_hi);
     total += sums[chunks];
   }
   // OR-ed bits reach +inf's only if a value is negative, inf or NaN (or two values above 1
@@ -256,6 +270,21 @@ inline OneHotSums& one_hot_sums() {
   return sums;
 }
 
+/// Per thread: sum_v q(v) from a without-replacement node's first pass, for the call right after
+/// it: core::Residual::absorb then asks for the mass of q (as a one-hot residual over q, steps
+/// 0) to renormalise q without the siblings. The sum is added in the lanes and order that pass
+/// would use, so the value is the one it would return. Any other call drops it.
+struct QTotal {
+  const float* q = nullptr;
+  std::int32_t n = 0;
+  double total = 0;
+};
+
+inline QTotal& q_total_stash() {
+  static thread_local QTotal stash;
+  return stash;
+}
+
 /// chunk_sums, reusing a one-hot node's first pass where the walk allows it.
 template <class Weights>
 Checked<double> node_chunk_sums(const Weights& w, const core::Residual<const float*>& r, std::int32_t x,
@@ -263,7 +292,11 @@ Checked<double> node_chunk_sums(const Weights& w, const core::Residual<const flo
   OneHotSums& reuse = one_hot_sums();
   if (!Weights::kOneHot) {
     reuse.residual = nullptr;
-    return chunk_sums(w, sums, chunks);
+    if (!Weights::kWithoutReplacement || r.steps > 0 || x < 0) return chunk_sums(w, sums, chunks);
+    double q_total = 0.0;
+    const Checked<double> total = chunk_sums(w, sums, chunks, nullptr, nullptr, &q_total);
+    if (total.ok) q_total_stash() = {r.q, w.size(), q_total};
+    return total;
   }
   if (r.steps > 0 && reuse.serve(r, w.size())) return chunk_sums(w, sums, chunks, reuse.raw);
   reuse.residual = nullptr;
@@ -283,6 +316,12 @@ Checked<double> node_chunk_sums(const Weights& w, const core::Residual<const flo
 
 template <class Weights>
 Checked<double> mass(const Weights& w, const core::Residual<const float*>& r, std::int32_t x) {
+  const QTotal stashed = q_total_stash();
+  q_total_stash().q = nullptr;
+  if (Weights::kOneHot && r.steps == 0 && x < 0 && stashed.q == r.p && stashed.n == w.size()) {
+    one_hot_sums().residual = nullptr;
+    return {stashed.total, true};
+  }
   double sums[kMaxChunks];
   std::int32_t chunks = 0;
   return node_chunk_sums(w, r, x, sums, chunks);
@@ -293,6 +332,7 @@ Checked<double> mass(const Weights& w, const core::Residual<const float*>& r, st
 template <class Weights>
 Checked<std::int32_t> draw(const Weights& w, const core::Residual<const float*>& r, std::int32_t x, float u) {
   constexpr std::int32_t W = Weights::W;
+  q_total_stash().q = nullptr;
   const std::int32_t n = w.size();
   double sums[kMaxChunks];
   std::int32_t chunks = 0;
