@@ -16,4 +16,5 @@
 #include "specverify/rules/standard.hpp"
 #include "specverify/sample.hpp"
 #include "specverify/sampling.hpp"
+#include "specverify/tree_conversions.hpp"
 #include "specverify/types.hpp"

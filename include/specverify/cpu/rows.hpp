@@ -8,6 +8,7 @@
 #include "specverify/core/residual.hpp"
 #include "specverify/cpu/divergence_kernels.hpp"
 #include "specverify/cpu/logit_kernels.hpp"
+#include "specverify/cpu/residual_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/cpu/scaled_residual.hpp"
 #include "specverify/rule.hpp"
@@ -39,21 +40,19 @@ struct Rows {
     return cpu::gumbel_argmax<Arch>(p, n, seed, position);
   }
 
-  // A tree node's residual after rejected siblings: element by element in double, in index order
-  // (siblings are few, and these passes rare next to the chain's one residual draw).
+  // A tree node's residual after rejected siblings (cpu/residual_kernels.hpp): one vector pass,
+  // the scalar definition's weights.
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
-    if (r.plain()) return scaled_residual_mass<Arch>(plain_residual(r, x));
-    const auto m = core::residual_mass(*this, r, x);
-    return {m.value, m.ok};
+    if (r.p_scale != 1.0) return scaled_residual_mass<Arch>(plain_residual(r, x));
+    return residual_mass<Arch>(r, x, n);
   }
   Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
-    if (r.plain()) return scaled_residual_draw<Arch>(plain_residual(r, x), u);
-    const auto t = core::residual_draw(*this, r, x, u);
-    return {t.value, t.ok};
+    if (r.p_scale != 1.0) return scaled_residual_draw<Arch>(plain_residual(r, x), u);
+    return residual_draw<Arch>(r, x, u, n);
   }
 
-  // A residual no sibling changed is max(s p - q, 0) after rejecting x (s = 1 but in block
-  // verification), or s p itself for x = kNoToken: vectorised (cpu/scaled_residual.hpp).
+  // Block verification's residual, max(s p - q, 0) after rejecting x with s < 1 (no sibling
+  // ever changes it), or s p itself for x = kNoToken: cpu/scaled_residual.hpp.
   ScaledResidual plain_residual(const core::Residual<View>& r, std::int32_t x) const {
     if (x < 0) return {r.p, nullptr, -1, r.p_scale, n};
     return {r.p, r.has_q ? r.q : nullptr, r.has_q ? -1 : x, r.p_scale, n};

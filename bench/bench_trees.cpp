@@ -1,0 +1,220 @@
+// Trees at B = 64, a 32-node tree (depth 5, up to 4 children per node), V = 128256, every child
+// of the root rejected: the root's four children are tested one after another against the
+// residual, and the extra token is drawn from what is left after all four. The rows read are the
+// root's p and q (q not at all for deterministic children), so the yardstick is a read pass over
+// them; next to it, the same walk with the scalar residual (core::residual_mass/residual_draw,
+// what the CPU ran before cpu/residual_kernels.hpp), and a chain rejected at its first draft
+// (one residual draw over the same pair of rows). One thread throughout.
+//
+//   build/release/bench/bench_trees --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "read_pass.hpp"
+#include "specverify/specverify.hpp"
+#include "support.hpp"
+
+namespace specverify::bench {
+namespace {
+
+constexpr std::int32_t kB = 64, kV = 128256, kChainK = 5;
+
+/// Zero-filled rows nobody reads stay unmapped: calloc'd pages are only backed once touched.
+struct Rows {
+  std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+  explicit Rows(std::size_t rows) : data(static_cast<float*>(std::calloc(rows * kV, sizeof(float))), &std::free) {
+    if (!data) throw std::bad_alloc();
+  }
+  float* row(std::int64_t r) const { return data.get() + r * kV; }
+};
+
+/// The tree: four children at the root and level sizes 4, 10, 8, 6, 4 (32 nodes, depth 5), each
+/// level's nodes spread over the first nodes of the level above, at most four per parent.
+std::vector<std::int32_t> tree_parents() {
+  std::vector<std::int32_t> parents, above{-1};
+  for (std::int32_t size : {4, 10, 8, 6, 4}) {
+    std::vector<std::int32_t> level;
+    for (std::int32_t i = 0; i < size; ++i) {
+      parents.push_back(above[std::size_t(i / 4) % above.size()]);
+      level.push_back(std::int32_t(parents.size()) - 1);
+    }
+    above = level;
+  }
+  return parents;
+}
+
+/// A root p and q like an LLM's (q = p's logits plus noise), with p = 0 at the four tokens the
+/// root's children carry, so every one of them is rejected.
+struct RootRows {
+  std::vector<float> p, q;
+  std::vector<std::int32_t> children{17, 4242, 99999, 123456};
+  RootRows() {
+    std::mt19937_64 rng(1);
+    auto logits = testing::random_logits(kV, rng);
+    p = testing::softmax(logits);
+    std::normal_distribution<double> noise(0.0, 1.0);
+    for (auto& l : logits) l += noise(rng);
+    q = testing::softmax(logits);
+    for (std::int32_t x : children) p[std::size_t(x)] = 0.0f;
+  }
+};
+
+const RootRows& root_rows() {
+  static const RootRows rows;
+  return rows;
+}
+
+struct TreeSetup {
+  std::vector<std::int32_t> offsets, parents, tokens, out, accepted;
+  Rows p, q;
+  TreeBatch<float> batch;
+  std::int32_t width = 0;
+
+  explicit TreeSetup(Drafted how)
+      : p(std::size_t(kB) * 33), q(std::size_t(kB) * 33) {
+    const auto shape = tree_parents();
+    const std::int32_t n = std::int32_t(shape.size());
+    offsets.push_back(0);
+    for (std::int32_t b = 0; b < kB; ++b) {
+      offsets.push_back(offsets.back() + n);
+      parents.insert(parents.end(), shape.begin(), shape.end());
+      for (std::int32_t i = 0; i < n; ++i) tokens.push_back(i < 4 ? root_rows().children[std::size_t(i)] : i);
+      const std::int64_t root = std::int64_t{offsets[std::size_t(b)]} + b;
+      std::copy(root_rows().p.begin(), root_rows().p.end(), p.row(root));
+      std::copy(root_rows().q.begin(), root_rows().q.end(), q.row(root));
+    }
+    width = 6;
+    out.assign(std::size_t(kB) * width, 0);
+    accepted.assign(kB, 0);
+    batch.batch_size = kB;
+    batch.vocab_size = kV;
+    batch.node_offsets = offsets.data();
+    batch.parents = parents.data();
+    batch.draft_tokens = tokens.data();
+    batch.target_probs = p.row(0);
+    batch.draft_probs = how == Drafted::deterministic ? nullptr : q.row(0);
+    batch.drafted = how;
+  }
+  TreeOutput output() { return TreeOutput{out.data(), width, accepted.data()}; }
+  const float* root_p(std::int32_t b) const { return p.row(std::int64_t{offsets[std::size_t(b)]} + b); }
+  const float* root_q(std::int32_t b) const { return q.row(std::int64_t{offsets[std::size_t(b)]} + b); }
+};
+
+TreeSetup& tree(Drafted how) {
+  static TreeSetup sampled(Drafted::sampled), without(Drafted::sampled_without_replacement),
+      deterministic(Drafted::deterministic);
+  return how == Drafted::sampled ? sampled : how == Drafted::deterministic ? deterministic : without;
+}
+
+void set_bytes(benchmark::State& state, bool reads_q) {
+  const std::int64_t bytes = std::int64_t{kB} * kV * std::int64_t(sizeof(float)) * (reads_q ? 2 : 1);
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+
+void TreeReadPass(benchmark::State& state) {
+  const Drafted how = static_cast<Drafted>(state.range(0));
+  TreeSetup& t = tree(how);
+  for (auto _ : state) {
+    float sum = 0;
+    for (std::int32_t b = 0; b < kB; ++b) {
+      sum += read_pass(t.root_p(b), kV);
+      if (how != Drafted::deterministic) sum += read_pass(t.root_q(b), kV);
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  set_bytes(state, how != Drafted::deterministic);
+}
+
+void TreeVerifyStandard(benchmark::State& state) {
+  const Drafted how = static_cast<Drafted>(state.range(0));
+  TreeSetup& t = tree(how);
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const VerifyStats stats = verify(Standard{}, t.batch, Randomness{1, step++}, t.output(), CpuOptions{1});
+    if (stats.accepted != 0) state.SkipWithError("a child was accepted: not the all-rejected path");
+  }
+  set_bytes(state, how != Drafted::deterministic);
+}
+
+/// The CPU rows with the scalar residual passes: the walk as it ran before the vector kernel.
+struct ScalarResidualRows : cpu::Rows<> {
+  cpu::Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
+    const auto m = core::residual_mass(*this, r, x);
+    return {m.value, m.ok};
+  }
+  cpu::Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
+    const auto d = core::residual_draw(*this, r, x, u);
+    return {d.value, d.ok};
+  }
+};
+
+void TreeWalkScalarResidual(benchmark::State& state) {
+  const Drafted how = static_cast<Drafted>(state.range(0));
+  TreeSetup& t = tree(how);
+  const auto layout = core::TreeLayout::of(t.batch);
+  const auto source = core::ProbSource<float>::of(t.batch);
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const Randomness randomness{1, step++};
+    std::int64_t sum = 0;
+    for (std::int32_t b = 0; b < kB; ++b) {
+      ScalarResidualRows rows{{kV}};
+      sum += core::walk(Standard{}, layout, source, randomness, b, rows).extra;
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  set_bytes(state, how != Drafted::deterministic);
+}
+
+/// Chains of 5 drafts over the same root rows, each rejected at its first draft.
+struct ChainSetup {
+  std::vector<std::int32_t> offsets, tokens, out, accepted;
+  Rows p, q;
+  ChainBatch<float> batch;
+  ChainSetup() : p(std::size_t(kB) * (kChainK + 1)), q(std::size_t(kB) * kChainK) {
+    offsets.push_back(0);
+    for (std::int32_t b = 0; b < kB; ++b) {
+      offsets.push_back(offsets.back() + kChainK);
+      for (std::int32_t j = 0; j < kChainK; ++j) tokens.push_back(j == 0 ? root_rows().children[0] : j);
+      std::copy(root_rows().p.begin(), root_rows().p.end(), p.row(std::int64_t{b} * (kChainK + 1)));
+      std::copy(root_rows().q.begin(), root_rows().q.end(), q.row(std::int64_t{b} * kChainK));
+    }
+    out.assign(std::size_t(kB) * (kChainK + 1), 0);
+    accepted.assign(kB, 0);
+    batch.batch_size = kB;
+    batch.vocab_size = kV;
+    batch.draft_offsets = offsets.data();
+    batch.draft_tokens = tokens.data();
+    batch.target_probs = p.row(0);
+    batch.draft_probs = q.row(0);
+  }
+};
+
+void ChainVerifyStandard(benchmark::State& state) {
+  static ChainSetup c;
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const VerifyStats stats = verify(Standard{}, c.batch, Randomness{1, step++},
+                                     ChainOutput{c.out.data(), kChainK + 1, c.accepted.data()}, CpuOptions{1});
+    if (stats.accepted != 0) state.SkipWithError("a chain was accepted: not the residual path");
+  }
+  set_bytes(state, true);
+}
+
+void drafted_args(benchmark::internal::Benchmark* b) {
+  b->ArgName("drafted");  // 0 sampled, 1 without replacement, 2 deterministic
+  for (int how = 0; how < 3; ++how) b->Arg(how);
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+BENCHMARK(TreeReadPass)->Apply(drafted_args);
+BENCHMARK(TreeVerifyStandard)->Apply(drafted_args);
+BENCHMARK(TreeWalkScalarResidual)->Apply(drafted_args);
+BENCHMARK(ChainVerifyStandard)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace specverify::bench
