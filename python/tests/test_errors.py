@@ -192,7 +192,7 @@ def test_bad_outputs(chains):
         sv.verify(sv.Standard(), chains.batch(sv), sv.Randomness(1), out)
     assert_untouched(out)
     out = sv.ChainOutput(tokens=np.full((3, 3), 777, np.int32), num_accepted=np.full(3, 777, np.int32))
-    with pytest.raises(sv.InvalidInput, match="row_width = 3 must be at least the longest chain \\+ 1 = 4"):
+    with pytest.raises(sv.InvalidInput, match="sequence 2: row_width = 3 must be at least its chain \\+ 1 = 4"):
         sv.verify(sv.Standard(), chains.batch(sv), sv.Randomness(1), out)
     assert_untouched(out)
 

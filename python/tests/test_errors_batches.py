@@ -105,7 +105,7 @@ def test_tree_cpp_messages(corrupt, message):
 
 def test_tree_row_width():
     out = tree_out(width=2)
-    with pytest.raises(sv.InvalidInput, match="sequence 0: row_width = 2 must be at least the deepest path"):
+    with pytest.raises(sv.InvalidInput, match="sequence 0, node 1: row_width = 2 must be at least the deepest path"):
         sv.verify(sv.Standard(), sv.TreeBatch(**tree_arrays()), sv.Randomness(1), out)
     assert_untouched(out)
 
