@@ -510,7 +510,7 @@ TEST(LogitDraws, GreedyDraftIsOneHotAtItsArgmax) {
   const std::int32_t V = 30;
   const ReferenceRow target = random_row(V, 61, {1.0f, 0, 1.0f, 0.0f}, 1.0);
   ReferenceRow draft = random_row(V, 62, {0.0f, 0, 1.0f, 0.0f});
-  std::vector<float> s1, s2;
+  std::vector<float> s1, s2, s3, s4;  // a view reads its scratch row: one each
   const View p = prepare_row(target, s1), q = prepare_row(draft, s2);
   const cpu::LogitRows<> rows{V};
   std::vector<long double> one_hot(static_cast<std::size_t>(V), 0.0L);
@@ -520,7 +520,7 @@ TEST(LogitDraws, GreedyDraftIsOneHotAtItsArgmax) {
   // A greedy target against a draft holding all its mass on the same token: no residual mass.
   draft.params.temperature = 0.0f;
   ReferenceRow greedy_target = draft;
-  const View pg = prepare_row(greedy_target, s1), qg = prepare_row(draft, s2);
+  const View pg = prepare_row(greedy_target, s3), qg = prepare_row(draft, s4);
   EXPECT_EQ(rows.draw_residual(pg, &qg, -1, 0.3f).value, -1);
   EXPECT_EQ(rows.draw_residual(pg, &p, -1, 0.3f).value, pg.argmax);
 }
