@@ -739,7 +739,7 @@ struct LogitRows {
   Checked<std::int32_t> draw_residual(const View& p, const View* q, std::int32_t x, float u) const {
     if (!p.ok || (q && !q->ok)) return {-1, false};
     if (!p.has_mass()) return {-1, true};
-    if (q && q->greedy) {  // one-hot q at the target id of its argmax
+    if (q && q->greedy) {  // one-hot q at the target id of its argmax (none, x = -1, without mass)
       x = q->row.target_to_draft ? target_id(*q, q->argmax) : q->argmax;
       q = nullptr;
     }
@@ -807,10 +807,12 @@ struct LogitRows {
     return logits_detail::probs_from_g<Arch>(view, logits_detail::load_g<Arch, false>(view.row, v, unused));
   }
 
-  static std::int32_t target_id(const View& q, std::int32_t row_index) {
-    for (std::int32_t v = 0;; ++v) {
+  /// The target id of a reduced draft row's index; -1 for none (row_index -1: a row without mass).
+  std::int32_t target_id(const View& q, std::int32_t row_index) const {
+    for (std::int32_t v = 0; v < n; ++v) {
       if (q.row.target_to_draft[v] == row_index) return v;
     }
+    return -1;
   }
 
   /// Calls f(p_chunk, q_chunk_or_null, len) over target ids in chunks of materialised floats (the
