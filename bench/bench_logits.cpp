@@ -45,7 +45,7 @@ std::int32_t target_row(std::int32_t b, std::int32_t j) { return b * (kK + 1) + 
 std::int32_t draft_row(std::int32_t b, std::int32_t j) { return b * kK + j; }
 
 /// The logits of both paths. Target rows: Student-t (3 dof) logits clamped to +-12, scaled like an
-/// LLM's (x 2), from a pool of 16 rows (each row its own memory). Draft rows: rejected path, the
+/// LLM's (x 2), jittered, from a pool of 16 rows (each row its own memory). Draft rows: rejected path, the
 /// target's plus N(0, 1) noise with the draft token lifted to the draft's top, the token being
 /// the target row's lowest (p(x) ~ e^-60, or 0 where top_k cuts it): rejected whatever u is;
 /// accepted path, a copy of the target row with the token at its argmax (q = p: always accepted).
@@ -61,7 +61,8 @@ struct Logits {
     std::student_t_distribution<float> heavy(3.0f);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> pool(at(kPool)), noise(at(kPool));
-    for (float& l : pool) l = 2.0f * std::clamp(heavy(rng), -12.0f, 12.0f);
+    std::uniform_real_distribution<float> jitter(-0.05f, 0.05f);  // no ties at the clamp
+    for (float& l : pool) l = 2.0f * std::clamp(heavy(rng), -12.0f, 12.0f) + jitter(rng);
     for (float& n : noise) n = normal(rng);
     for (std::int32_t r = 0; r < kTargetRows; ++r) {
       std::memcpy(&target[at(r)], &pool[at(r % kPool)], sizeof(float) * kV);
