@@ -345,5 +345,71 @@ TEST(ExtremeSizes, MemoryGrowsWithTheOutputNotTheRows) {
               after.ru_maxrss - before.ru_maxrss);
 }
 
+/// A logits batch of B chains of two drafts over V (distinct values, the max at a row's end so the
+/// streaming pre-pass runs its whole path), optionally with a reduced draft vocabulary of V / 2.
+struct LogitsMemoryCase {
+  std::int32_t B, V, DV;
+  std::vector<float> target, draft;
+  std::vector<std::int32_t> offsets, tokens, d2t, out, accepted;
+  std::vector<SamplingParams> params;
+  LogitsMemoryCase(std::int32_t b, std::int32_t v, bool reduced)
+      : B(b), V(v), DV(reduced ? v / 2 : v), target(std::size_t(b) * 3 * v), draft(std::size_t(b) * 2 * DV),
+        out(std::size_t(b) * 3), accepted(std::size_t(b)), params(std::size_t(b), SamplingParams{0.8f, 0, 1.0f, 0.0f}) {
+    for (std::size_t i = 0; i < target.size(); ++i) target[i] = float(i % std::size_t(V)) * 1e-3f;
+    for (std::size_t i = 0; i < draft.size(); ++i) draft[i] = float((i * 7) % std::size_t(DV)) * 1e-3f;
+    for (std::int32_t s = 0; s <= B; ++s) offsets.push_back(2 * s);
+    for (std::int32_t s = 0; s < 2 * B; ++s) tokens.push_back((s * 5) % (DV < V ? DV : V));
+    if (reduced) {
+      for (std::int32_t d = 0; d < DV; ++d) d2t.push_back(d);  // the first half of the target's ids
+    }
+  }
+  LogitsChainBatch<float> batch() const {
+    LogitsChainBatch<float> b;
+    b.batch_size = B;
+    b.vocab_size = V;
+    b.draft_offsets = offsets.data();
+    b.draft_tokens = tokens.data();
+    b.target_logits = target.data();
+    b.draft_logits = draft.data();
+    b.target_params = params.data();
+    if (!d2t.empty()) {
+      b.draft_vocab_size = DV;
+      b.draft_to_target = d2t.data();
+    }
+    return b;
+  }
+};
+
+std::int64_t verify_heap_bytes(LogitsMemoryCase& c, std::int32_t threads) {
+  const LogitsChainBatch<float> batch = c.batch();
+  const ChainOutput out{c.out.data(), 3, c.accepted.data()};
+  testing::heap::bytes = 0;
+  testing::heap::counting = true;
+  verify(Standard{}, batch, Randomness{3, 3}, out, CpuOptions{threads});
+  testing::heap::counting = false;
+  return testing::heap::bytes.load();
+}
+
+TEST(ExtremeSizes, LogitsScratchIsTwoRowsPerThread) {
+  // verify over logits may keep two rows of scratch per thread (the pre-pass of p and of q, each
+  // holding its weights), never a row per sequence or per row read: from V = 64 to V = 16384 its
+  // heap use grows by exactly two rows per thread, and with 16x the sequences by their records.
+  constexpr std::int32_t B = 64, small = 64, large = 16384;
+  constexpr std::int64_t kRow = sizeof(float);
+  LogitsMemoryCase s(B, small, false), l(B, large, false);
+  const std::int64_t a = verify_heap_bytes(s, 1);
+  EXPECT_GT(a, 0);
+  EXPECT_LE(a, 128 * B + 2 * small * kRow + 4096);
+  EXPECT_EQ(verify_heap_bytes(l, 1), a + 2 * (large - small) * kRow);
+  // Two threads (the row work is enough to start both): two rows each, and a thread's own record.
+  EXPECT_LE(verify_heap_bytes(l, 2), a + 2 * 2 * large * kRow + 2 * 1024);
+  LogitsMemoryCase more(16 * B, small, false);
+  EXPECT_LE(verify_heap_bytes(more, 1), 16 * a);
+  // A reduced draft vocabulary adds the inverse map, one int per target id, once per batch.
+  LogitsMemoryCase rs(B, small, true), rl(B, large, true);
+  const std::int64_t r = verify_heap_bytes(rs, 1);
+  EXPECT_EQ(verify_heap_bytes(rl, 1), r + 2 * (large - small) * kRow + (large - small) * std::int64_t(sizeof(std::int32_t)));
+}
+
 }  // namespace
 }  // namespace specverify

@@ -510,7 +510,7 @@ TEST(LogitDraws, GreedyDraftIsOneHotAtItsArgmax) {
   const std::int32_t V = 30;
   const ReferenceRow target = random_row(V, 61, {1.0f, 0, 1.0f, 0.0f}, 1.0);
   ReferenceRow draft = random_row(V, 62, {0.0f, 0, 1.0f, 0.0f});
-  std::vector<float> s1, s2;
+  std::vector<float> s1, s2, s3, s4;  // a view reads its scratch row: one each
   const View p = prepare_row(target, s1), q = prepare_row(draft, s2);
   const cpu::LogitRows<> rows{V};
   std::vector<long double> one_hot(static_cast<std::size_t>(V), 0.0L);
@@ -520,7 +520,7 @@ TEST(LogitDraws, GreedyDraftIsOneHotAtItsArgmax) {
   // A greedy target against a draft holding all its mass on the same token: no residual mass.
   draft.params.temperature = 0.0f;
   ReferenceRow greedy_target = draft;
-  const View pg = prepare_row(greedy_target, s1), qg = prepare_row(draft, s2);
+  const View pg = prepare_row(greedy_target, s3), qg = prepare_row(draft, s4);
   EXPECT_EQ(rows.draw_residual(pg, &qg, -1, 0.3f).value, -1);
   EXPECT_EQ(rows.draw_residual(pg, &p, -1, 0.3f).value, pg.argmax);
 }
@@ -548,6 +548,48 @@ TEST(LogitDraws, LargeRowsDrawAcrossChunks) {
       ++counts[static_cast<std::size_t>(token % 64)];
     }
     EXPECT_TRUE(fits(counts, expected));
+  }
+}
+
+TEST(LogitDraws, KeptWeightsGiveTheDefinitionsBitsAndDraws) {
+  // The pre-pass keeps the weights in scratch (block by block against the running max for T
+  // alone, so those before the max's block are recomputed where read; one weights pass for min_p
+  // and large kept sets). Whatever is kept, value() is core::probability bit for bit, and the
+  // draws are the library's draw over those floats as probability rows, token for token.
+  for (const std::int32_t V : {5000, 128256}) {
+    for (const std::int32_t at : {3, V / 2 + 17, V - 1}) {  // the max in the first, a middle, the last block
+      for (const SamplingParams params : {SamplingParams{0.8f, 0, 1.0f, 0.0f}, SamplingParams{1.2f, 0, 1.0f, 1e-4f},
+                                          SamplingParams{1.0f, 2000, 1.0f, 0.0f}}) {
+        SCOPED_TRACE(::testing::Message() << "V " << V << " max at " << at << " T " << params.temperature);
+        ReferenceRow target = random_row(V, 90 + std::uint64_t(at), params, 0.7);
+        ReferenceRow draft = random_row(V, 190 + std::uint64_t(at), params, 0.7);
+        target.logits[std::size_t(at)] = *std::max_element(target.logits.begin(), target.logits.end()) + 1.0f;
+        std::vector<float> s1, s2;
+        const View p = prepare_row(target, s1), q = prepare_row(draft, s2);
+        ASSERT_TRUE(p.weights != nullptr) << "the view keeps its weights";
+        if (params.top_k == 0 && params.min_p == 0.0f) {  // T alone: streamed
+          EXPECT_EQ(p.weights_from, at / cpu::logits_detail::kBlock * cpu::logits_detail::kBlock);
+        }
+        const cpu::LogitRows<> rows{V};
+        std::vector<float> pf(static_cast<std::size_t>(V)), qf(static_cast<std::size_t>(V));
+        for (std::int32_t v = 0; v < V; ++v) {
+          pf[std::size_t(v)] = rows.value(p, v);
+          qf[std::size_t(v)] = rows.value(q, v);
+          ASSERT_EQ(core::float_bits(pf[std::size_t(v)]), core::float_bits(core::probability(p, v))) << "token " << v;
+          ASSERT_EQ(core::float_bits(qf[std::size_t(v)]), core::float_bits(core::probability(q, v))) << "token " << v;
+        }
+        std::mt19937_64 rng(7);
+        for (int t = 0; t < 200; ++t) {
+          const float u = uniform(rng);
+          ASSERT_EQ(rows.draw_target(p, u).value, cpu::draw(cpu::Weights::target(pf.data(), V), u).value) << "u " << u;
+          ASSERT_EQ(rows.draw_residual(p, &q, -1, u).value,
+                    cpu::draw(cpu::Weights::residual(pf.data(), qf.data(), -1, V), u).value) << "u " << u;
+          const std::int32_t x = at;  // a one-hot draft at the max: most of the residual's mass moves
+          ASSERT_EQ(rows.draw_residual(p, nullptr, x, u).value,
+                    cpu::draw(cpu::Weights::residual(pf.data(), nullptr, x, V), u).value) << "u " << u;
+        }
+      }
+    }
   }
 }
 

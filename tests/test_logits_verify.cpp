@@ -295,6 +295,215 @@ TEST(LogitsVerify, EveryRuleNeverEmitsAMaskedToken) {
   check(Sprinter{0.5f, scores.data()});
 }
 
+TEST(LogitsVerify, TiesAtTheTopPBoundaryAreKept) {
+  // p = (1, 1/2, 1/2, e^-3 ...) / S: the top token alone holds 0.38 of the mass, with the next
+  // value 0.76, so top_p = 0.6 stops inside the tie at 1/2 and keeps both; and four tied top
+  // tokens with top_p = 0.5: two of them reach it, their ties make four.
+  auto c = base(13, {1.0f, 0, 0.6f, 0.0f});
+  c.target.logits.assign(std::size_t(c.V), -1.0f);
+  c.target.logits[5] = 2.0f;
+  c.target.logits[9] = c.target.logits[11] = 2.0f - 0.69314718f;
+  c.draft.logits = c.target.logits;
+  std::reverse(c.draft.logits.begin(), c.draft.logits.end());  // adversarial: mass on the residual
+  c.draft.params = {1.0f, 0, 1.0f, 0.0f};
+  c.draft_params_differ = true;
+  std::vector<float> p = c.p();
+  ASSERT_EQ(std::count_if(p.begin(), p.end(), [](float v) { return v > 0; }), 3);
+  EXPECT_GT(p[9], 0.0f);
+  EXPECT_EQ(p[9], p[11]);
+  expect_follows_p(c, false);
+  auto four = base(14, {1.0f, 0, 0.5f, 0.0f});
+  four.target.logits.assign(std::size_t(four.V), -2.0f);
+  for (const std::size_t v : {1u, 4u, 7u, 14u}) four.target.logits[v] = 1.0f;
+  four.draft.logits = c.draft.logits;
+  four.draft.params = {1.0f, 0, 1.0f, 0.0f};
+  four.draft_params_differ = true;
+  p = four.p();
+  ASSERT_EQ(std::count_if(p.begin(), p.end(), [](float v) { return v > 0; }), 4);
+  expect_follows_p(four, false);
+}
+
+/// A user's rule (a minimal typical-acceptance variant), to run the logits front end with a rule
+/// the library does not know: it reads the entropy of p and falls back to argmax p.
+struct EntropyFloor {
+  float epsilon = 0.05f;
+  static constexpr Draw on_reject = Draw::argmax;
+  RowStats stats() const { return RowStats::of_entropy(); }
+  Decision decide(const Position& at) const {
+    const bool typical = at.p_x > std::fmin(epsilon, 0.5f * std::exp(-at.entropy));
+    return {typical, typical && !Decision::standard_test(at), true};
+  }
+  Problem check() const { return Problem::unless_within("epsilon", epsilon, 0.0, 1.0); }
+};
+
+TEST(LogitsVerify, EveryRuleDecidesAsOnTheProcessedProbabilityRows) {
+  // Chains of logits over V = 3000 (rows of two streaming blocks, the max anywhere), parameters
+  // varying by sequence (T alone, greedy, top_k + top_p listed, top_k 400 unlisted, min_p), and
+  // the same batch as probability rows made from the views' own value(): the rules see the same
+  // floats, so every rule decides the same and emits the same tokens, logprobs included.
+  constexpr std::int32_t B = 40, K = 3, V = 3000;
+  const SamplingParams kinds[] = {{0.8f, 0, 1.0f, 0.0f}, {0.0f, 0, 1.0f, 0.0f}, {0.9f, 20, 0.9f, 0.0f},
+                                  {1.1f, 400, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.02f}};
+  std::mt19937_64 rng(31);
+  std::vector<float> target, draft, p_rows, q_rows;
+  std::vector<std::int32_t> offsets{0}, tokens;
+  std::vector<SamplingParams> params;
+  std::vector<std::int64_t> positions;
+  for (std::int32_t b = 0; b < B; ++b) {
+    params.push_back(kinds[b % 5]);
+    positions.push_back(100 * b);
+    std::normal_distribution<float> noise(0.0f, 0.4f);
+    for (std::int32_t j = 0; j <= K; ++j) {
+      const std::vector<float> row = random_row(V, rng, 2.0);
+      target.insert(target.end(), row.begin(), row.end());
+      if (j == K) break;
+      std::vector<float> q = row;
+      for (float& l : q) l += noise(rng);
+      draft.insert(draft.end(), q.begin(), q.end());
+      // The draft's favourite, or a random token: some chains accepted deep, some rejected early.
+      tokens.push_back(rng() % 3 ? std::int32_t(std::max_element(q.begin(), q.end()) - q.begin())
+                                 : std::int32_t(rng() % V));
+    }
+    offsets.push_back(offsets.back() + K);
+  }
+  // Probability rows from the views' value(): each row's pre-pass with its sequence's parameters.
+  const cpu::LogitRows<> rows{V};
+  std::vector<float> scratch(V);
+  const auto to_probs = [&](const std::vector<float>& logits, std::int32_t per_sequence, std::vector<float>& out) {
+    for (std::size_t r = 0; r * V < logits.size(); ++r) {
+      core::LogitRow<float> row;
+      row.logits = logits.data() + r * V;
+      row.n = V;
+      row.params = params[r / std::size_t(per_sequence)];
+      const core::LogitView<float> view = cpu::prepare(row, scratch.data());
+      for (std::int32_t v = 0; v < V; ++v) out.push_back(rows.value(view, v));
+    }
+  };
+  to_probs(target, K + 1, p_rows);
+  to_probs(draft, K, q_rows);
+
+  LogitsChainBatch<float> logits_batch;
+  logits_batch.batch_size = B;
+  logits_batch.vocab_size = V;
+  logits_batch.draft_offsets = offsets.data();
+  logits_batch.draft_tokens = tokens.data();
+  logits_batch.target_logits = target.data();
+  logits_batch.draft_logits = draft.data();
+  logits_batch.target_params = params.data();
+  const ChainBatch<float> prob_batch{B, V, offsets.data(), tokens.data(), p_rows.data(), q_rows.data()};
+  const std::vector<float> scores(tokens.size(), 0.8f);
+  std::int64_t accepted = 0, rejected_somewhere = 0;
+  const auto same = [&](const auto& rule, const char* name) {
+    for (const std::uint64_t seed : {1u, 2u}) {
+      Randomness r{seed, 7};
+      r.positions = positions.data();
+      std::vector<std::int32_t> t1(B * (K + 1)), t2(B * (K + 1)), n1(B), n2(B);
+      std::vector<float> l1(t1.size(), 7.0f), l2(t2.size(), 7.0f);
+      const VerifyStats s1 = verify(rule, logits_batch, r, ChainOutput{t1.data(), K + 1, n1.data(), l1.data()});
+      const VerifyStats s2 = verify(rule, prob_batch, r, ChainOutput{t2.data(), K + 1, n2.data(), l2.data()});
+      EXPECT_EQ(t1, t2) << name << " seed " << seed;
+      EXPECT_EQ(n1, n2) << name << " seed " << seed;
+      EXPECT_EQ(l1, l2) << name << " seed " << seed;
+      EXPECT_EQ(s1.accepted, s2.accepted) << name;
+      EXPECT_EQ(s1.relaxed, s2.relaxed) << name;
+      EXPECT_EQ(s1.target_checked, s2.target_checked) << name;
+      accepted += s1.accepted;
+      rejected_somewhere += s1.drafted - s1.accepted;
+    }
+  };
+  same(Standard{}, "Standard");
+  same(Greedy{}, "Greedy");
+  same(Ears{0.3f}, "Ears");
+  same(Fsd{Divergence::tv, 0.3f}, "Fsd tv");
+  same(Fsd{Divergence::js, 0.2f}, "Fsd js");
+  same(ReducibleFsd{Divergence::kl_target_draft, 0.5f}, "ReducibleFsd kl");
+  same(Sprinter{0.5f, scores.data()}, "Sprinter");
+  same(SpecDecPP<Standard>{0.5f, scores.data(), {}}, "SpecDecPP");
+  same(Coupled{}, "Coupled");
+  same(EntropyFloor{}, "user rule");
+  EXPECT_GT(accepted, 0);  // both paths taken: accepted drafts and residual draws
+  EXPECT_GT(rejected_somewhere, 0);
+}
+
+TEST(LogitsVerify, TreeLogprobsMatchTheReference) {
+  // Trees of logits (two children at the root, a chain under the first), distinct rows per node:
+  // each emitted token's logprob is log p of the processed row it came from, to 1e-4.
+  constexpr std::int32_t B = 400, V = 16, N = 4;
+  const std::int32_t parents_one[N] = {-1, -1, 0, 2};
+  std::mt19937_64 rng(41);
+  std::vector<std::int32_t> offsets{0}, parents, tokens, out(B * 4), accepted(B), nodes(B * 4);
+  std::vector<float> target, draft, logprobs(B * 4, 7.0f);
+  std::vector<ReferenceRow> refs;
+  const SamplingParams params{0.9f, 6, 0.95f, 0.0f};
+  for (std::int32_t b = 0; b < B; ++b) {
+    for (std::int32_t r = 0; r <= N; ++r) {  // row 0: the root, row 1 + i: after node i
+      ReferenceRow ref;
+      ref.logits = random_row(V, rng, 1.5);
+      ref.params = params;
+      target.insert(target.end(), ref.logits.begin(), ref.logits.end());
+      const std::vector<float> q = random_row(V, rng, 1.5);
+      draft.insert(draft.end(), q.begin(), q.end());
+      refs.push_back(ref);
+    }
+    for (std::int32_t i = 0; i < N; ++i) {
+      parents.push_back(parents_one[i]);
+      tokens.push_back(std::int32_t(rng() % V));
+    }
+    offsets.push_back(offsets.back() + N);
+  }
+  std::vector<SamplingParams> tp(B, params);
+  LogitsTreeBatch<float> batch;
+  batch.batch_size = B;
+  batch.vocab_size = V;
+  batch.node_offsets = offsets.data();
+  batch.parents = parents.data();
+  batch.draft_tokens = tokens.data();
+  batch.target_logits = target.data();
+  batch.draft_logits = draft.data();
+  batch.target_params = tp.data();
+  batch.drafted = Drafted::sampled;
+  verify(Standard{}, batch, Randomness{9, 1}, TreeOutput{out.data(), 4, accepted.data(), nodes.data(), logprobs.data()});
+  std::int64_t deep = 0;
+  for (std::int32_t b = 0; b < B; ++b) {
+    std::int32_t node = -1;
+    for (std::int32_t d = 0; d <= accepted[b]; ++d) {
+      const ReferenceRow& ref = refs[std::size_t(b) * (N + 1) + std::size_t(node + 1)];
+      const std::int32_t token = out[std::size_t(b) * 4 + d];
+      const long double p = reference_probs(ref)[std::size_t(token)];
+      ASSERT_GT(p, 0.0L) << "sequence " << b << " depth " << d;
+      EXPECT_NEAR(logprobs[std::size_t(b) * 4 + d], std::log(double(p)), 1e-4) << "sequence " << b << " depth " << d;
+      if (d < accepted[b]) node = nodes[std::size_t(b) * 4 + d];
+    }
+    deep += accepted[b] >= 2;
+  }
+  EXPECT_GT(deep, 0) << "no path reached a node's child: the test would not see its rows";
+}
+
+TEST(LogitsVerify, GreedyDraftWithoutMassOverAFullDraftMap) {
+  // fuzz_logits found: a greedy draft row whose every logit is -inf, read through a draft map that
+  // covers every target id, sent the residual draw searching the map for the target id of argmax
+  // -1 past its end (ASan, debug preset). Such a q is 0 everywhere (as a sampled draft without
+  // mass is): the residual is p itself, and the extra token follows p.
+  auto c = base(15, {1.0f, 4, 1.0f, 0.0f});  // top_k: drafts outside it have p(x) = 0, rejected
+  c.K = 1;
+  c.B = 20000;
+  for (std::int32_t d = 0; d < c.V; ++d) c.draft_to_target.push_back((d * 5 + 3) % c.V);  // a permutation
+  c.draft.params = {0.0f, 0, 1.0f, 0.0f};
+  c.draft_params_differ = true;
+  auto b = c.batch(5);
+  for (std::size_t i = 0; i < c.tokens.size(); ++i) c.tokens[i] = std::int32_t(i % std::size_t(c.V));
+  for (float& l : c.q_rows) l = -INFINITY;
+  verify(Standard{}, b, Randomness{17, 3}, c.output());
+  const std::vector<float> p = c.p();
+  std::vector<std::int64_t> extra(std::size_t(c.V));
+  for (std::int32_t s = 0; s < c.B; ++s) {
+    const std::int32_t n = c.accepted[std::size_t(s)];
+    ASSERT_EQ(n, p[std::size_t(c.tokens[std::size_t(s)])] > 0 ? 1 : 0) << "q = 0: accepted iff p(x) > 0";
+    ++extra[std::size_t(c.out[std::size_t(s) * 2 + std::size_t(n)])];
+  }
+  expect_fits(extra, p, "extra token");
+}
+
 /// A context-dependent logits model for decode loops: row(prev) over V tokens.
 struct LogitsModel {
   std::int32_t V;

@@ -138,6 +138,12 @@ struct LogitView {
   static constexpr std::int32_t kMaxListed = 256;
   std::int32_t listed = -1;
   std::int32_t kept[kMaxListed];
+  // The weights w(i) of row indices i >= weights_from (0 off the kept set), where the backend
+  // keeps them (the CPU: in its scratch row, valid until that is reused); the others, and all of
+  // them without `weights`, are computed from the logits on demand. The same bits either way:
+  // p(i) = weights[i] * inv_norm = probability_at(view, i).
+  const float* weights{};
+  std::int32_t weights_from = 0;
 
   SPECVERIFY_HD bool has_mass() const { return argmax >= 0; }
 };

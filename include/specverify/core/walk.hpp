@@ -10,6 +10,7 @@
 //
 //   struct Rows {                                  // what a backend provides (see cpu/rows.hpp)
 //     View open(Source::Row);                      // the pre-pass of a row the walk reaches
+//       (a View may live in the rows' scratch: the walk reads only the last p and q it opened)
 //     float value(const View&, std::int32_t v);
 //     R<float> max(const View& p);                 // R<T>: {T value; bool ok;}, ok == false when
 //     R<std::int32_t> argmax(const View& p);       //   the pass read an invalid value

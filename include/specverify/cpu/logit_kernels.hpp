@@ -9,8 +9,11 @@
 //
 // Pre-pass cost (the kept set is found without sorting the row):
 //   greedy (T = 0):               one read: max, argmax, validation.
-//   no top_k / top_p / min_p:     one read that also sums the weights (online, see online_scan).
-//   min_p alone:                  that read, then one pass summing the weights w >= min_p.
+//   no top_k / top_p / min_p:     one read that also computes the weights block by block against
+//       the running max (see streaming_weights): summed for the normaliser and kept in the scratch
+//       row, so value(), the draws and the statistics read them instead of computing exp again
+//       (those of the blocks before the row's max are recomputed where read).
+//   min_p alone:                  one read, then the weights pass over the cache-hot row.
 //   top_k (with or without top_p, min_p): the read also collects candidates into scratch by a
 //       streaming selection with a rising pivot (see scan): about k ln(n / 1024) values beyond
 //       the first 1024; the k-th largest is selected among them (nth_element); top_p and min_p
@@ -18,6 +21,8 @@
 //   top_p without top_k:          the read copies every finite value into scratch; a quickselect on
 //       mass (three-way partitions, the mass of the upper part decides the side) finds the
 //       threshold in expected linear work.
+//   Kept sets of up to LogitView::kMaxListed tokens are listed (their indices); larger ones get
+//   the weights pass.
 #pragma once
 
 #include <xsimd/xsimd.hpp>
@@ -231,13 +236,24 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> probs_from_g(const LogitView<float>& view, cons
   return xsimd::select(kept, exp_weight<Arch>(a) * B(view.inv_norm), B(0.0f));
 }
 
+/// p(v) at target id v, from the view's weights where it keeps them: core::probability's bits.
+inline float probability(const LogitView<float>& view, std::int32_t v) {
+  const std::int32_t i = core::row_index(view, v);
+  if (i < 0) return 0.0f;
+  return view.weights && i >= view.weights_from ? view.weights[i] * view.inv_norm : core::probability_at(view, i);
+}
+
 /// p at target ids v .. v + W - 1 (v + W <= the target vocabulary).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<float>& view, std::int32_t v) {
   using B = F<Arch>;
-  if (view.row.target_to_draft || view.greedy) {  // gathers and one-hot rows, element by element
+  if (view.weights && !view.row.target_to_draft && v >= view.weights_from) {
+    return B::load_unaligned(view.weights + v) * B(view.inv_norm);
+  }
+  if (view.row.target_to_draft || view.greedy || (view.weights && v + static_cast<std::int32_t>(B::size) > view.weights_from)) {
+    // gathers, one-hot rows, and the vector across weights_from: element by element
     alignas(64) float lanes[B::size];
-    for (std::int32_t l = 0; l < static_cast<std::int32_t>(B::size); ++l) lanes[l] = core::probability(view, v + l);
+    for (std::int32_t l = 0; l < static_cast<std::int32_t>(B::size); ++l) lanes[l] = probability(view, v + l);
     return B::load_aligned(lanes);
   }
   FB<Arch> ok(true);  // the pre-pass validated every value
@@ -355,102 +371,154 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
   return r;
 }
 
-/// The read and the normaliser in one pass, for rows that keep every finite value (no top_k,
-/// top_p or min_p): each lane sums exp((g - m) / T) against its running max m, rescaled by
-/// exp((m_old - m) / T) when m rises (rarely, after the row's start), and the lanes are combined
-/// at the end against the row's max. So the row is read once, and the weights are computed while
-/// it streams in. The sum differs from sum_v w(v) by the roundings of the factorisation
-/// e^(x + y) = e^x e^y, within the bound the normaliser's error is stated with (the weights' own).
-template <class Arch>
-Scan online_scan(const LogitRow<float>& row, float inv_temperature, double& norm) {
+/// Rows that keep every finite value (no top_k, top_p or min_p): the read and the weights in one
+/// pass, so the exps run while the row streams in from memory. Block by block (kBlock values),
+/// weights against the max so far, written to out and summed, while the block's own max is taken;
+/// where the block raises the max (a few blocks of a row: the first, then ~ln(n / kBlock) more
+/// for values in no particular order), its weights again, against the new max, from L1. So block
+/// j is weighed against M_j, the max of the row up to and including it, and M_j only rises:
+/// exactly the blocks before the one where the row's max M first appears were weighed against a
+/// smaller max. Their out[] values are not w, and `weights_from` (that block's start) says where
+/// the exact ones begin; readers compute the others from the logits. The normaliser is the
+/// running sum, rescaled by e^((M_old - M_new) / T) when the max rises: it differs from sum_v w(v)
+/// by those factors' roundings, ~2e-7 |a| for the tokens they scale (a <= M_old - M_new), within
+/// the bound the weights' own errors give.
+inline constexpr std::int32_t kBlock = 2048;
+
+/// Weights of row indices [begin, end) against `max` into out; their sum. With kRead, the first
+/// read of these values: validated into `ok`, their max into block_max.
+template <class Arch, bool kRead>
+double block_weights(const LogitRow<float>& row, std::int32_t begin, std::int32_t end, float max,
+                     float inv_t, float* out, FB<Arch>& ok, float& block_max) {
   using B = F<Arch>;
-  using Dv = D<Arch>;
-  constexpr std::int32_t W = B::size, H = Dv::size;
-  const std::int32_t n = row.n;
-  const B inv_t(inv_temperature);
-  B m(-core::kInf);
-  Dv lo(0.0), hi(0.0);
-  FB<Arch> ok(true);
-  std::int32_t i = 0;
-  for (; i + 2 * W <= n; i += 2 * W) {
-    const B g0 = load_g<Arch>(row, i, ok), g1 = load_g<Arch>(row, i + W, ok);
-    const B raised = lane_max(m, lane_max(g0, g1));
-    if (xsimd::any(raised > m)) {
-      // Lanes without a finite max yet sum 0, and their factor is 0 (exp_weight of -inf or NaN).
-      Dv f_lo, f_hi;
-      widen<Arch>(exp_weight<Arch>((m - raised) * inv_t), f_lo, f_hi);
-      lo *= f_lo;
-      hi *= f_hi;
-      m = raised;
+  constexpr std::int32_t W = B::size;
+  const B top(max), scale(inv_t);
+  B m0(-core::kInf), m1(-core::kInf);
+  D<Arch> lo(0.0), hi(0.0);
+  std::int32_t i = begin;
+  for (; i + 2 * W <= end; i += 2 * W) {
+    if constexpr (kRead) {  // the next block's logits come in while these exps run
+      __builtin_prefetch(row.logits + i + 2 * kBlock);
+      __builtin_prefetch(row.logits + i + 2 * kBlock + W);
     }
-    widen_add<Arch>(exp_weight<Arch>((g0 - m) * inv_t) + exp_weight<Arch>((g1 - m) * inv_t), lo, hi);
-  }
-  alignas(64) float lane_m[W];
-  alignas(64) double lane_s[W];
-  m.store_aligned(lane_m);
-  lo.store_aligned(lane_s);
-  hi.store_aligned(lane_s + H);
-  Scan r;
-  r.ok = xsimd::all(ok);
-  r.max = *std::max_element(lane_m, lane_m + W);
-  const std::int32_t body = i;
-  for (std::int32_t t = i; t < n; ++t) {
-    const core::Processed e = core::processed_logit(row, t);
-    r.ok = r.ok && e.valid;
-    r.max = std::max(r.max, e.g);
-  }
-  if (!r.ok || !(r.max > -core::kInf)) return r;
-  norm = 0.0;
-  for (std::int32_t l = 0; l < W; ++l) {
-    if (lane_s[l] > 0.0) norm += lane_s[l] * core::exp_weight(core::weight_argument(lane_m[l], r.max, inv_temperature));
-  }
-  for (std::int32_t t = body; t < n; ++t) {
-    norm += core::exp_weight(core::weight_argument(core::processed_logit(row, t).g, r.max, inv_temperature));
-  }
-  FB<Arch> unused(true);  // the argmax: the first index holding the max, in the cache-hot row
-  for (i = 0; i + W <= body; i += W) {
-    if (xsimd::any(load_g<Arch, false>(row, i, unused) == B(r.max))) break;
-  }
-  for (; i < n; ++i) {
-    if (core::processed_logit(row, i).g == r.max) {
-      r.argmax = i;
-      break;
+    const B g0 = load_g<Arch, kRead>(row, i, ok), g1 = load_g<Arch, kRead>(row, i + W, ok);
+    if constexpr (kRead) {
+      m0 = lane_max(m0, g0);
+      m1 = lane_max(m1, g1);
     }
+    const B w0 = exp_weight<Arch>((g0 - top) * scale), w1 = exp_weight<Arch>((g1 - top) * scale);
+    w0.store_unaligned(out + i);
+    w1.store_unaligned(out + i + W);
+    widen_add<Arch>(w0 + w1, lo, hi);
   }
-  return r;
+  for (; i + W <= end; i += W) {
+    const B g = load_g<Arch, kRead>(row, i, ok);
+    if constexpr (kRead) m0 = lane_max(m0, g);
+    const B w = exp_weight<Arch>((g - top) * scale);
+    w.store_unaligned(out + i);
+    widen_add<Arch>(w, lo, hi);
+  }
+  double s = lane_total<Arch>(lo, hi);
+  if constexpr (kRead) {
+    alignas(64) float lanes[W];
+    lane_max(m0, m1).store_aligned(lanes);
+    block_max = *std::max_element(lanes, lanes + W);
+  }
+  for (; i < end; ++i) {
+    const core::Processed e = core::processed_logit(row, i);
+    if constexpr (kRead) {
+      if (!e.valid) ok = FB<Arch>(false);
+      block_max = std::max(block_max, e.g);
+    }
+    out[i] = core::exp_weight(core::weight_argument(e.g, max, inv_t));
+    s += out[i];
+  }
+  return s;
 }
 
-/// min_p alone over the row: the lowest g with w >= min_p (the threshold) and the mass kept.
 template <class Arch>
-void min_p_pass(LogitView<float>& view) {
+Scan streaming_weights(const LogitRow<float>& row, float inv_t, float* out, double& norm,
+                       std::int32_t& weights_from) {
+  FB<Arch> ok(true);
+  Scan r;
+  float max = -core::kInf;
+  double total = 0.0;  // the weights so far, against `max`
+  std::int32_t max_block = 0;
+  for (std::int32_t begin = 0; begin < row.n; begin += kBlock) {
+    const std::int32_t end = std::min(row.n, begin + kBlock);
+    float block_max;
+    double s = block_weights<Arch, true>(row, begin, end, max, inv_t, out, ok, block_max);
+    if (block_max > max) {  // weighed against a max too small: again, against the new one
+      if (total > 0.0) total *= core::exp_weight(core::weight_argument(max, block_max, inv_t));
+      max = block_max;
+      max_block = begin;
+      s = block_weights<Arch, false>(row, begin, end, max, inv_t, out, ok, block_max);
+    }
+    if (max > -core::kInf) total += s;
+  }
+  r.ok = xsimd::all(ok);
+  r.max = max;
+  norm = total;
+  weights_from = max_block;
+  if (!r.ok || !(max > -core::kInf)) return r;
+  for (std::int32_t i = max_block;; ++i) {  // the max first appears in its block
+    if (core::processed_logit(row, i).g == max) {
+      r.argmax = i;
+      return r;
+    }
+  }
+}
+
+/// The weights pass over the cache-hot row (after the read found max g): w(i) = exp_weight((g(i) -
+/// max) / T) for the kept tokens, 0 elsewhere, written to out[0..n); their sum is view.norm (pairs
+/// of vectors added in float, then in double lanes: within 2^-24 of the sum in double). Kept: g >=
+/// view.threshold and w >= min_w. min_w > 0 is min_p: w is non-decreasing in g, so that is a value
+/// threshold too, and view.threshold becomes the lowest kept g.
+template <class Arch>
+void weights_pass(LogitView<float>& view, float min_w, float* out) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   const LogitRow<float>& row = view.row;
-  const float min_p = row.params.min_p;
+  const std::int32_t n = row.n;
+  const B max(view.max), inv_t(view.inv_temperature), threshold(view.threshold), floor(min_w);
+  // Every finite value kept: exp_weight gives masked (-inf) tokens 0 by itself.
+  const bool all = view.threshold == -core::kFloatMax && !(min_w > 0.0f);
   FB<Arch> unused(true);
   D<Arch> lo(0.0), hi(0.0);
   B lowest(core::kInf);
-  std::int32_t i = 0;
-  for (; i + W <= row.n; i += W) {
+  const auto weights = [&](std::int32_t i) SPECVERIFY_LAMBDA_INLINE {
     const B g = load_g<Arch, false>(row, i, unused);
-    const B w = exp_weight<Arch>((g - B(view.max)) * B(view.inv_temperature));
-    const auto kept = (w >= B(min_p)) & (g > B(-core::kInf));
-    widen_add<Arch>(xsimd::select(kept, w, B(0.0f)), lo, hi);
+    const B w = exp_weight<Arch>((g - max) * inv_t);
+    if (all) return w;
+    const auto kept = (g >= threshold) & (w >= floor);
     lowest = xsimd::select(kept & (g < lowest), g, lowest);
+    return xsimd::select(kept, w, B(0.0f));
+  };
+  std::int32_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const B w0 = weights(i), w1 = weights(i + W);
+    w0.store_unaligned(out + i);
+    w1.store_unaligned(out + i + W);
+    widen_add<Arch>(w0 + w1, lo, hi);
+  }
+  for (; i + W <= n; i += W) {
+    const B w = weights(i);
+    w.store_unaligned(out + i);
+    widen_add<Arch>(w, lo, hi);
   }
   double s = lane_total<Arch>(lo, hi);
   alignas(64) float lanes[W];
   lowest.store_aligned(lanes);
-  float threshold = *std::min_element(lanes, lanes + W);
-  for (; i < row.n; ++i) {
+  float low = *std::min_element(lanes, lanes + W);
+  for (; i < n; ++i) {
     const float g = core::processed_logit(row, i).g;
     const float w = core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
-    if (w >= min_p && g > -core::kInf) {
-      s += w;
-      threshold = std::min(threshold, g);
-    }
+    const bool kept = g >= view.threshold && w >= min_w;
+    out[i] = kept ? w : 0.0f;
+    s += out[i];
+    if (kept) low = std::min(low, g);
   }
-  view.threshold = threshold;
+  if (min_w > 0.0f) view.threshold = low;
   view.norm = s;
 }
 
@@ -500,21 +568,19 @@ float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float to
   return hi > lo ? c[hi - 1] : c[lo > 0 ? lo - 1 : 0];  // rounding left `need` just out of reach
 }
 
-/// min_p and the normaliser on candidates c[0..m) that are >= view.threshold.
-template <class Arch>
-void finish_on_candidates(LogitView<float>& view, const float* c, std::int32_t m) {
+/// min_p on candidates c[0..m) that are >= view.threshold: raises the threshold to the lowest
+/// candidate with w >= min_p.
+inline void min_p_on_candidates(LogitView<float>& view, const float* c, std::int32_t m) {
   const float min_p = view.row.params.min_p;
-  if (min_p > 0.0f) {
-    float lowest = view.max;  // w = 1 >= min_p at the max
-    for (std::int32_t i = 0; i < m; ++i) {
-      if (c[i] >= view.threshold && c[i] < lowest &&
-          core::exp_weight(core::weight_argument(c[i], view.max, view.inv_temperature)) >= min_p) {
-        lowest = c[i];
-      }
+  if (!(min_p > 0.0f)) return;
+  float lowest = view.max;  // w = 1 >= min_p at the max
+  for (std::int32_t i = 0; i < m; ++i) {
+    if (c[i] >= view.threshold && c[i] < lowest &&
+        core::exp_weight(core::weight_argument(c[i], view.max, view.inv_temperature)) >= min_p) {
+      lowest = c[i];
     }
-    view.threshold = lowest;
   }
-  view.norm = candidate_mass<Arch>(c, m, view.threshold, view.max, view.inv_temperature);
+  view.threshold = lowest;
 }
 
 /// Lists the kept row indices (at most View::kMaxListed of them) in increasing order: one more
@@ -544,9 +610,14 @@ void list_kept(LogitView<float>& view) {
 }  // namespace logits_detail
 
 /// The pre-pass: a view of `row` with its sampling parameters applied (API.md's seven steps).
-/// `scratch` holds row.n floats, used only while this runs (top_k and top_p). Parameters must
-/// have passed check_sampling_params. view.ok is false when a NaN or +inf logit was read;
-/// view.has_mass() is false when every token is masked.
+/// `scratch` holds row.n floats: the top_k and top_p candidates while this runs, then the view's
+/// weights where it keeps them (view.weights points into scratch: the view reads them until
+/// scratch is reused). Parameters must have passed check_sampling_params. view.ok is false when a
+/// NaN or +inf logit was read; view.has_mass() is false when every token is masked.
+///
+/// Passes: one read of the row (max, argmax, validation, candidates); then, over the cache-hot
+/// row, the weights pass (every weight computed once, for the normaliser and every later read) or,
+/// for small kept sets, work on the candidates and a list of the kept indices.
 template <class Arch = DefaultArch>
 LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   namespace d = logits_detail;
@@ -561,14 +632,16 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   const bool top_p = !view.greedy && params.top_p < 1.0f;
   const bool collect = top_k || top_p;
   if (!view.greedy && !collect && !(params.min_p > 0.0f)) {  // every finite value kept: one pass
-    const d::Scan s = d::online_scan<Arch>(row, view.inv_temperature, view.norm);
+    const d::Scan s = d::streaming_weights<Arch>(row, view.inv_temperature, scratch, view.norm, view.weights_from);
     view.ok = s.ok;
     view.max = s.max;
     view.argmax = s.argmax;
-    if (view.ok && view.has_mass()) view.inv_norm = static_cast<float>(1.0 / view.norm);
+    if (!s.ok || !view.has_mass()) return view;
+    view.weights = scratch;
+    view.inv_norm = static_cast<float>(1.0 / view.norm);
     return view;
   }
-  d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
+  const d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
   view.ok = s.ok;
   view.max = s.max;
   view.argmax = s.argmax;
@@ -578,9 +651,13 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
     view.inv_norm = 1.0f;
     return view;
   }
-  if (!collect) {  // min_p alone
-    d::min_p_pass<Arch>(view);
+  const auto keep_weights = [&](float min_w) {
+    d::weights_pass<Arch>(view, min_w, scratch);
+    view.weights = scratch;
     view.inv_norm = static_cast<float>(1.0 / view.norm);
+  };
+  if (!collect) {  // min_p alone
+    keep_weights(params.min_p);
     return view;
   }
   std::int32_t m = s.collected;  // every finite value that may be kept
@@ -594,11 +671,14 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   if (top_p) {
     view.threshold = d::top_p_threshold<Arch>(scratch, m, view.max, view.inv_temperature, params.top_p);
   }
-  d::finish_on_candidates<Arch>(view, scratch, m);
-  view.inv_norm = static_cast<float>(1.0 / view.norm);
-  if (std::count_if(scratch, scratch + m, [&](float g) { return g >= view.threshold; }) <= View::kMaxListed) {
-    d::list_kept<Arch>(view);
+  d::min_p_on_candidates(view, scratch, m);
+  if (std::count_if(scratch, scratch + m, [&](float g) { return g >= view.threshold; }) > View::kMaxListed) {
+    keep_weights(0.0f);  // the candidates are done with: scratch takes the weights
+    return view;
   }
+  view.norm = d::candidate_mass<Arch>(scratch, m, view.threshold, view.max, view.inv_temperature);
+  view.inv_norm = static_cast<float>(1.0 / view.norm);
+  d::list_kept<Arch>(view);
   return view;
 }
 
@@ -611,7 +691,7 @@ struct LogitRows {
 
   using View = LogitView<float>;
 
-  float value(const View& v, std::int32_t token) const { return core::probability(v, token); }
+  float value(const View& v, std::int32_t token) const { return logits_detail::probability(v, token); }
 
   /// max_v p(v): p at the argmax, 1 * inv_norm (0 without mass).
   Checked<float> max(const View& p) const {
@@ -659,7 +739,7 @@ struct LogitRows {
   Checked<std::int32_t> draw_residual(const View& p, const View* q, std::int32_t x, float u) const {
     if (!p.ok || (q && !q->ok)) return {-1, false};
     if (!p.has_mass()) return {-1, true};
-    if (q && q->greedy) {  // one-hot q at the target id of its argmax
+    if (q && q->greedy) {  // one-hot q at the target id of its argmax (none, x = -1, without mass)
       x = q->row.target_to_draft ? target_id(*q, q->argmax) : q->argmax;
       q = nullptr;
     }
@@ -671,6 +751,14 @@ struct LogitRows {
       return draw_listed(p, [&](std::int32_t v) {
         return q ? std::max(value(p, v) - value(*q, v), 0.0f) : (v == x ? 0.0f : value(p, v));
       }, u);
+    }
+    using B = logits_detail::F<Arch>;
+    if (dense(p) && (!q || dense(*q))) {  // both rows' weights in scratch: the draw mostly reads them
+      const auto pv = [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return kept_probs(p, v); };
+      if (!q) return draw_weights(pv, [&](std::int32_t v) { return v == x ? 0.0f : value(p, v); }, x, u);
+      return draw_weights(
+          [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return lane_max(pv(v) - kept_probs(*q, v), B(0.0f)); },
+          [&](std::int32_t v) { return std::max(value(p, v) - value(*q, v), 0.0f); }, -1, u);
     }
     if (!q) {
       return draw_weights(
@@ -694,6 +782,10 @@ struct LogitRows {
     if (p.listed >= 0 && !p.row.target_to_draft) {
       return draw_listed(p, [&](std::int32_t v) { return value(p, v); }, u);
     }
+    if (dense(p)) {
+      return draw_weights([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return kept_probs(p, v); },
+                          [&](std::int32_t v) { return value(p, v); }, -1, u);
+    }
     return draw_weights([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
                         [&](std::int32_t v) { return value(p, v); }, -1, u);
   }
@@ -703,10 +795,24 @@ struct LogitRows {
   Checked<std::int32_t> gumbel_argmax(const View& p, std::uint64_t seed, std::int64_t position) const;
 
  private:
-  static std::int32_t target_id(const View& q, std::int32_t row_index) {
-    for (std::int32_t v = 0;; ++v) {
+  /// Whether the view's weights are in scratch, indexed by target id.
+  static bool dense(const View& v) { return v.weights && !v.row.target_to_draft; }
+
+  /// p at v .. v + W - 1 of a dense view: its weights, or before weights_from (a multiple of
+  /// kBlock, so of W) computed from the logits.
+  SPECVERIFY_ALWAYS_INLINE static logits_detail::F<Arch> kept_probs(const View& view, std::int32_t v) {
+    using B = logits_detail::F<Arch>;
+    if (v >= view.weights_from) return B::load_unaligned(view.weights + v) * B(view.inv_norm);
+    logits_detail::FB<Arch> unused(true);
+    return logits_detail::probs_from_g<Arch>(view, logits_detail::load_g<Arch, false>(view.row, v, unused));
+  }
+
+  /// The target id of a reduced draft row's index; -1 for none (row_index -1: a row without mass).
+  std::int32_t target_id(const View& q, std::int32_t row_index) const {
+    for (std::int32_t v = 0; v < n; ++v) {
       if (q.row.target_to_draft[v] == row_index) return v;
     }
+    return -1;
   }
 
   /// Calls f(p_chunk, q_chunk_or_null, len) over target ids in chunks of materialised floats (the

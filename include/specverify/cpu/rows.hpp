@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "specverify/core/residual.hpp"
@@ -59,17 +60,27 @@ struct Rows {
   }
 };
 
-/// Row operations over logits rows: the pre-pass on open() into one row of scratch, reused for
-/// every row the thread opens; the rest is LogitRows.
+/// Row operations over logits rows: the pre-pass on open() into two rows of scratch, taken in
+/// turn and reused for every row the thread opens; the rest is LogitRows. A view reads the weights
+/// its pre-pass kept in its scratch row, so it is valid until the second open() after it: the walk
+/// reads a node's p and q, the last two rows it opened.
 template <class Arch = DefaultArch>
 struct OpenedLogitRows : LogitRows<Arch> {
   using View = LogitView<float>;
-  std::vector<float> scratch;
+  std::unique_ptr<float[]> scratch;  // [2][longest_row], not zeroed: the pre-pass writes before it reads
+  std::size_t row_length;
+  bool second = false;  // the scratch row the next open() takes
 
   OpenedLogitRows(std::int32_t vocab_size, std::int32_t longest_row)
-      : LogitRows<Arch>{vocab_size}, scratch(static_cast<std::size_t>(longest_row)) {}
+      : LogitRows<Arch>{vocab_size},
+        scratch(new float[2 * static_cast<std::size_t>(longest_row)]),
+        row_length(static_cast<std::size_t>(longest_row)) {}
 
-  View open(const core::LogitRow<float>& row) { return prepare<Arch>(row, scratch.data()); }
+  View open(const core::LogitRow<float>& row) {
+    float* const mine = scratch.get() + (second ? row_length : 0);
+    second = !second;
+    return prepare<Arch>(row, mine);
+  }
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
     const auto m = core::residual_mass(*this, r, x);
     return {m.value, m.ok};
