@@ -306,11 +306,13 @@ void expect_same(const RulePair<Rule>& rule, const LogitsCase& c, Randomness r) 
   r.positions = c.positions.data();
   dr.positions = dc.positions.get();
   VerifyStats cpu_stats;
-  if constexpr (specverify::detail::has_cut<Rule>::value) {
-    ASSERT_FALSE(c.tree) << "chain-cutting rules have no tree form";
+  // Rules that cut chains (SpecDecPP) or decide them jointly (Block) have no tree form.
+  constexpr bool kChainsOnly = specverify::detail::has_cut<Rule>::value || specverify::detail::has_joint<Rule>::value;
+  if constexpr (kChainsOnly) {
+    ASSERT_FALSE(c.tree) << "this rule has no tree form";
   }
   if (c.tree) {
-    if constexpr (!specverify::detail::has_cut<Rule>::value) {
+    if constexpr (!kChainsOnly) {
     LogitsTreeBatch<float> cpu;
     c.fill(cpu);
     cpu.target_logits = t.data();
