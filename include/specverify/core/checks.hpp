@@ -11,6 +11,7 @@
 //   rows      row counts and strides in range, the pointers the drafts need
 //   sequence  lowest b first: its head (sample uniform), its items in index order (a chain's
 //             positions, a tree's nodes), its tail (row_width against its longest path)
+//   params .. guidance   (logits only) sampling parameters, the draft rows, the draft map, guidance
 //   walk      what the rows held (walk.hpp's Fault), lowest b first
 // What each stage checks for one kind of batch is in BatchChecks<Batch>: a new batch kind adds its
 // checks there, and the drivers below, the host's throw and the device's record stay as they are.
@@ -56,10 +57,16 @@ enum class Check : std::uint8_t {
   too_many_children,  // a: kMaxSiblings
   logit_value,        // name: "target logits row" or "draft logits row", a: the row, c: the index, value
   no_kept_token,      // a: the target logits row
+  draft_map_range,    // a: the draft id, c: its target id outside [0, vocab_size)
+  draft_map_twice,    // a: the draft id, c: the target id a lower draft id already maps to
+  guidance_row,       // a: unconditional_first_row[b]
+  guidance_scale,     // value: guidance_scale[b]
 };
 
 /// The stages of the order above: a lower stage is reported first.
-enum class Stage : std::uint8_t { shape, start, offsets, rows, sequence, walk };
+/// Batches of logits check their sampling inputs after every sequence's: params (per sequence),
+/// draft_rows and draft_map (the batch's), guidance (per sequence).
+enum class Stage : std::uint8_t { shape, start, offsets, rows, sequence, params, draft_rows, draft_map, guidance, walk };
 
 /// Where a finding is: the batch as a whole, a sequence, or one of its items.
 enum class Place : std::uint8_t { batch, sequence, position, node, root };

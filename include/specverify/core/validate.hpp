@@ -78,6 +78,14 @@ inline std::string message(const Finding& f) {
     case Check::no_kept_token:
       m << "target logits row " << f.a << " keeps no token (every logit masked or -inf) but must be read";
       break;
+    case Check::draft_map_range:
+      m << "draft_to_target[" << f.a << "] = " << f.c << ": draft_to_target entry outside the target vocabulary";
+      break;
+    case Check::draft_map_twice:
+      m << "draft_to_target[" << f.a << "] = " << f.c << ": draft_to_target maps two draft ids to one target id";
+      break;
+    case Check::guidance_row: m << "unconditional_first_row = " << f.a << " must be -1 or a row"; break;
+    case Check::guidance_scale: m << "guidance_scale = " << f.value << " must be finite"; break;
   }
   return m.str();
 }

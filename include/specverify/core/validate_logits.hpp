@@ -37,6 +37,82 @@ void check_positions(const Randomness& randomness) {
 
 /// Sampling parameters, the draft map (inverting it into target_to_draft) and guidance, for any
 /// logits batch. Runs after the layout's own validation.
+/// A sequence's sampling parameters out of range (check_sampling_params found `problem`).
+SPECVERIFY_HD inline Finding params_finding(const Problem& problem, bool draft, std::int32_t b) {
+  Finding f = sequence_finding(Check::rule_input, Stage::params, b);
+  const char* prefix = draft ? "draft_params." : "target_params.";
+  std::size_t i = 0;
+  for (const char* s = prefix; *s && i + 1 < sizeof f.name; ++s) f.name[i++] = *s;
+  for (const char* s = problem.what; s && *s && i + 1 < sizeof f.name; ++s) f.name[i++] = *s;
+  f.name[i] = '\0';
+  return f.of(problem.value);
+}
+
+/// draft_to_target[d] = v refused: outside the target vocabulary, or v already claimed.
+SPECVERIFY_HD inline Finding draft_map_finding(std::int32_t d, std::int64_t v, std::int32_t vocab_size) {
+  const bool range = v < 0 || v >= vocab_size;
+  return batch_finding(range ? Check::draft_map_range : Check::draft_map_twice, Stage::draft_map).ints(d, v);
+}
+
+/// Sequence b's guidance: its first unconditional row and, where it has rows, a finite scale.
+SPECVERIFY_HD inline Finding guidance_finding(std::int64_t first, float scale, std::int32_t b) {
+  if (first < -1) return sequence_finding(Check::guidance_row, Stage::guidance, b).ints(first);
+  if (first >= 0 && !std::isfinite(scale)) {
+    return sequence_finding(Check::guidance_scale, Stage::guidance, b).of(scale);
+  }
+  return {};
+}
+
+/// The draft rows of a batch (`rows` of them) stay addressable by int64 at draft_stride.
+SPECVERIFY_HD_TEMPLATE
+template <class Batch>
+SPECVERIFY_HD Finding check_draft_rows(const Batch& batch, std::int64_t rows) {
+  const std::int32_t draft_v = batch.draft_vocab_size > 0 ? batch.draft_vocab_size : batch.vocab_size;
+  Finding f = check_stride_rows("draft_stride", batch.draft_stride, rows, draft_v);
+  f.stage = Stage::draft_rows;
+  return f;
+}
+
+/// The probability batch whose checks a logits batch shares: offsets, tokens, parents, uniforms,
+/// rule inputs, the output's width and the target rows' stride.
+template <class Logit>
+SPECVERIFY_HD ChainBatch<Logit> probability_shape(const LogitsChainBatch<Logit>& batch) {
+  ChainBatch<Logit> shape;
+  shape.batch_size = batch.batch_size;
+  shape.vocab_size = batch.vocab_size;
+  shape.draft_offsets = batch.draft_offsets;
+  shape.draft_tokens = batch.draft_tokens;
+  shape.target_probs = batch.target_logits;
+  shape.target_stride = batch.target_stride;
+  return shape;
+}
+template <class Logit>
+SPECVERIFY_HD TreeBatch<Logit> probability_shape(const LogitsTreeBatch<Logit>& batch) {
+  TreeBatch<Logit> shape;
+  shape.batch_size = batch.batch_size;
+  shape.vocab_size = batch.vocab_size;
+  shape.node_offsets = batch.node_offsets;
+  shape.parents = batch.parents;
+  shape.draft_tokens = batch.draft_tokens;
+  shape.target_probs = batch.target_logits;
+  shape.draft_probs = batch.draft_logits;
+  shape.target_stride = batch.target_stride;
+  shape.drafted = batch.drafted;
+  return shape;
+}
+
+/// What walking sequence b of a logits batch found, once name_bad_value has named a bad logit.
+SPECVERIFY_HD inline Finding logits_fault_finding(const Fault& f, std::int32_t b, Place item) {
+  Finding finding = from_fault(f, b, item);
+  if (f.kind == FaultKind::bad_value) {
+    finding.check = Check::logit_value;
+    finding.named(f.target_row >= 0 ? "target logits row" : "draft logits row");
+  } else if (f.kind == FaultKind::target_no_mass) {
+    finding.check = Check::no_kept_token;
+  }
+  return finding;
+}
+
 template <class Batch>
 void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<std::int32_t>& target_to_draft) {
   const std::int32_t B = batch.batch_size;
@@ -46,8 +122,7 @@ void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<s
       if (draft && !batch.draft_params) break;
       const SamplingParams& params = draft ? batch.draft_params[b] : batch.target_params[b];
       if (const Problem problem = check_sampling_params(params)) {
-        reject("sequence ", b, ": ", draft ? "draft_params." : "target_params.", problem.what, " = ",
-               problem.value, " is out of range");
+        raise(params_finding(problem, draft, b));
       }
     }
   }
@@ -56,17 +131,14 @@ void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<s
   if (batch.draft_stride != 0 && batch.draft_stride < draft_v) {
     reject("draft_stride = ", batch.draft_stride, " must be 0 or at least the draft vocabulary size = ", draft_v);
   }
-  const std::int64_t s = batch.draft_stride ? batch.draft_stride : draft_v;
-  if (rows_per_batch > 0 && s > (std::numeric_limits<std::int64_t>::max() - draft_v) / rows_per_batch) {
-    reject("draft_stride = ", s, " times ", rows_per_batch, " rows overflows the address range");
-  }
+  raise_if(check_draft_rows(batch, rows_per_batch));
   target_to_draft.clear();
   if (batch.draft_vocab_size > 0) {
     if (!batch.draft_to_target) reject("draft_to_target is null (draft_vocab_size = ", batch.draft_vocab_size, ")");
     target_to_draft.resize(static_cast<std::size_t>(batch.vocab_size));
     if (const DraftMapFault f = build_target_to_draft(batch.draft_to_target, batch.draft_vocab_size,
                                                       batch.vocab_size, target_to_draft.data())) {
-      reject("draft_to_target[", f.entry, "] = ", f.value, ": ", f.what);
+      raise(draft_map_finding(f.entry, f.value, batch.vocab_size));
     }
   }
   if (batch.unconditional_logits) {
@@ -78,10 +150,7 @@ void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<s
     }
     for (std::int32_t b = 0; b < B; ++b) {
       const std::int64_t first = batch.unconditional_first_row[b];
-      if (first < -1) reject("sequence ", b, ": unconditional_first_row = ", first, " must be -1 or a row");
-      if (first >= 0 && !std::isfinite(batch.guidance_scale[b])) {
-        reject("sequence ", b, ": guidance_scale = ", batch.guidance_scale[b], " must be finite");
-      }
+      raise_if(guidance_finding(first, batch.guidance_scale[b], b));
     }
   }
 }
@@ -107,14 +176,7 @@ template <class Rule, class Logit>
 void validate(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
               const ChainOutput& out, std::vector<std::int32_t>& target_to_draft) {
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
-  ChainBatch<Logit> shape;  // offsets, tokens, uniforms, rule inputs, output, target stride
-  shape.batch_size = batch.batch_size;
-  shape.vocab_size = batch.vocab_size;
-  shape.draft_offsets = batch.draft_offsets;
-  shape.draft_tokens = batch.draft_tokens;
-  shape.target_probs = batch.target_logits;
-  shape.target_stride = batch.target_stride;
-  validate(rule, shape, randomness, out);
+  validate(rule, detail::probability_shape(batch), randomness, out);
   detail::check_positions<Rule>(randomness);
   if (batch.batch_size == 0) return;
   detail::check_logits(batch, batch.draft_offsets[batch.batch_size], target_to_draft);
@@ -125,17 +187,7 @@ template <class Rule, class Logit>
 void validate(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
               const TreeOutput& out, std::vector<std::int32_t>& target_to_draft) {
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
-  TreeBatch<Logit> shape;
-  shape.batch_size = batch.batch_size;
-  shape.vocab_size = batch.vocab_size;
-  shape.node_offsets = batch.node_offsets;
-  shape.parents = batch.parents;
-  shape.draft_tokens = batch.draft_tokens;
-  shape.target_probs = batch.target_logits;
-  shape.draft_probs = batch.draft_logits;
-  shape.target_stride = batch.target_stride;
-  shape.drafted = batch.drafted;
-  validate(rule, shape, randomness, out);
+  validate(rule, detail::probability_shape(batch), randomness, out);
   detail::check_positions<Rule>(randomness);
   if (batch.batch_size == 0) return;
   detail::check_logits(batch, std::int64_t{batch.node_offsets[batch.batch_size]} + batch.batch_size,
@@ -148,14 +200,7 @@ template <class Layout, class Batch, class Source>
 [[noreturn]] void report_logits(const Fault& fault, std::int32_t b, const Batch&, const Source& source) {
   Fault f = fault;
   name_bad_value(f, b, source, [](const auto& row, float& value) { return detail::first_bad_logit(row, value); });
-  Finding finding = from_fault(f, b, std::is_same_v<Layout, ChainLayout> ? Place::position : Place::node);
-  if (f.kind == FaultKind::bad_value) {
-    finding.check = Check::logit_value;
-    finding.named(f.target_row >= 0 ? "target logits row" : "draft logits row");
-  } else if (f.kind == FaultKind::target_no_mass) {
-    finding.check = Check::no_kept_token;
-  }
-  raise(finding);
+  raise(detail::logits_fault_finding(f, b, std::is_same_v<Layout, ChainLayout> ? Place::position : Place::node));
 }
 
 }  // namespace specverify::core

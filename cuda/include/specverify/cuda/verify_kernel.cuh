@@ -38,9 +38,9 @@ struct KernelRandomness {
 
 /// core::check_sequence's per-item work spread over the block: each thread takes every
 /// kThreads-th item and the block agrees on the first. Every thread calls alike.
-template <class Prob, int kThreads>
+template <class Rows, int kThreads>
 struct BlockItems {
-  BlockRows<Prob, kThreads>& rows;
+  Rows& rows;
 
   template <class Bad>
   __device__ std::int32_t first(std::int32_t n, const Bad& bad) {
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
   using Checks = core::BatchChecks<Batch>;
   __shared__ typename BlockRows<Prob, kThreads>::Shared shared;
   BlockRows<Prob, kThreads> rows(shared, batch.vocab_size);
-  BlockItems<Prob, kThreads> items{rows};
+  BlockItems<BlockRows<Prob, kThreads>, kThreads> items{rows};
   const auto b = static_cast<std::int32_t>(blockIdx.x);
   const Randomness r = randomness.resolve();
 

@@ -1,0 +1,535 @@
+// The CUDA backend's row operations over rows of logits for core::walk (the logits row source,
+// core/logit_source.hpp): one thread block opens a row by its pre-pass and reads it through the
+// view, mirroring BlockRows (block_rows.cuh) for probability rows and cpu::LogitRows for the CPU.
+// Every thread calls every operation with the same arguments and gets the same result back.
+//
+// The pre-pass finds what the CPU's finds (cpu/logit_kernels.hpp, prepare), without sorting:
+//   read:   max g, its lowest index, validity, the count of finite values (block reductions);
+//   top_k:  the k-th largest g by radix select on order-preserving keys of g (four 8-bit digits,
+//           block histograms in shared memory; integer counts, so exact);
+//   top_p:  bisection over the keys of the candidates for the largest t whose mass
+//           sum_{g >= t} w(g) reaches top_p of the candidates' mass (each step one pass and a
+//           deterministic block sum in double); the answer is a candidate's value, ties included;
+//   min_p:  the lowest kept g with w >= min_p (a block minimum);
+//   norm:   sum of the kept w in double.
+// Weights are core::exp_weight, bit-identical to the CPU's. Sums are in double, in another order
+// than the CPU's: a kept-set boundary, a normaliser's float rounding or a draw's crossing can
+// differ only where the CPU's sum lies within ~1e-16 (relative) of the decision. One exception:
+// rows with no top_k / top_p / min_p, whose normaliser the CPU sums by a factorised online scan
+// (logit_kernels.hpp, online_scan) that can differ from the plain sum by ~1e-7: inv_norm then may
+// differ by one float ulp, so p(v) by about 1e-7 relative (decisions flip only that close to a
+// boundary).
+//
+// The view is core::LogitView, so the shared per-element functions (core::probability, ...) read
+// it; kept sets are never listed on the device (listed = -1): a block reads the whole row as fast.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <climits>
+#include <cstdint>
+
+#include "specverify/core/logit_rows.hpp"
+#include "specverify/core/residual.hpp"
+#include "specverify/core/row_math.hpp"
+#include "specverify/core/walk.hpp"
+#include "specverify/cuda/block_rows.cuh"
+#include "specverify/rule.hpp"
+
+namespace specverify::cuda {
+
+namespace logit_detail {
+
+/// The order-preserving key of a processed logit: unsigned comparison of keys is float comparison
+/// of values (-0 is taken as +0, so equal values have equal keys).
+__device__ inline unsigned order_key(float g) {
+  const unsigned bits = __float_as_uint(g == 0.0f ? 0.0f : g);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+__device__ inline float key_value(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+/// The larger Gumbel key; the lower index among equal keys.
+struct BestKeyOp {
+  __device__ cub::KeyValuePair<int, double> operator()(const cub::KeyValuePair<int, double>& a,
+                                                       const cub::KeyValuePair<int, double>& b) const {
+    return (b.value > a.value || (b.value == a.value && b.key < a.key)) ? b : a;
+  }
+};
+struct MinBitsOp {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return b < a ? b : a; }
+};
+struct CountOp {
+  __device__ int operator()(int a, int b) const { return a + b; }
+};
+
+}  // namespace logit_detail
+
+/// Block-cooperative rows over views of logits rows, as core::walk expects them; n is the target
+/// vocabulary size (views over a reduced draft vocabulary are read at target ids through their
+/// map). kThreads is the block size (a multiple of 32, at least 64).
+///
+///   __shared__ typename BlockLogitRows<__half, 256>::Shared shared;
+///   BlockLogitRows<__half, 256> rows(shared, batch.vocab_size);
+///   const core::WalkResult r = core::walk(rule, layout, source, randomness, blockIdx.x, rows);
+template <class Logit, int kThreads>
+class BlockLogitRows {
+  static_assert(kThreads % 32 == 0 && kThreads >= 64, "a whole number of warps, at least two");
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kChunksPerThread = (core::kMaxChunks + kThreads - 1) / kThreads;
+  static constexpr int kBins = 256;  // radix select: 8-bit digits
+  static constexpr int kBinsPerThread = (kBins + kThreads - 1) / kThreads;
+  using Top = cub::KeyValuePair<int, float>;
+  using Best = cub::KeyValuePair<int, double>;
+
+ public:
+  using View = core::LogitView<Logit>;
+  std::int32_t n;  // target vocabulary size
+
+  /// Shared memory the operations work in: CUB temporaries, a radix histogram or a draw's chunk
+  /// sums, and broadcast slots. Declare it __shared__ and hand it to the constructor.
+  struct Shared {
+    union {
+      typename cub::BlockReduce<Top, kThreads>::TempStorage top;
+      typename cub::BlockReduce<Best, kThreads>::TempStorage best;
+      typename cub::BlockReduce<double, kThreads>::TempStorage sum;
+      typename cub::BlockReduce<unsigned, kThreads>::TempStorage bits;
+      typename cub::BlockReduce<int, kThreads>::TempStorage count;
+      typename cub::BlockScan<int, kThreads>::TempStorage counts;
+      typename cub::BlockScan<double, kThreads>::TempStorage scan;
+    } cub;
+    union {
+      int histogram[kBins];
+      double chunks[core::kMaxChunks];  // a draw's chunk sums, then the mass before each chunk
+    } work;
+    struct {
+      double sum;
+      double best_key;
+      float top_value;
+      int top_key;
+      int index;
+      int count;
+      unsigned bits;
+    } slot;
+  };
+
+  __device__ BlockLogitRows(Shared& shared, std::int32_t n) : n(n), s_(shared) {}
+
+  /// The pre-pass: a view of `row` with its sampling parameters applied (API.md's seven steps),
+  /// the same in every thread. Parameters must have passed check_sampling_params. view.ok is
+  /// false when a NaN or +inf logit was read (or guidance overflowed); view.has_mass() is false
+  /// when every token is masked.
+  __device__ View open(const core::LogitRow<Logit>& row) {
+    View view;
+    view.row = row;
+    view.listed = -1;
+    const SamplingParams& params = row.params;
+    view.greedy = params.temperature == 0.0f;
+    if (!view.greedy) {  // __fdiv_rn: the IEEE quotient the CPU computes, whatever the nvcc flags
+      const float inv = __fdiv_rn(1.0f, params.temperature);
+      view.inv_temperature = inv < core::kFloatMax ? inv : core::kFloatMax;
+    } else {
+      view.inv_temperature = 0.0f;
+    }
+    view.threshold = -core::kFloatMax;
+
+    // The read: max g and its lowest index, validity, and how many values are finite.
+    Top t(INT_MAX, -core::kInf);
+    bool bad = false;
+    int finite = 0;
+    for (std::int32_t i = threadIdx.x; i < row.n; i += kThreads) {
+      const core::Processed e = core::processed_logit(row, i);
+      bad |= !e.valid;
+      if (e.g > t.value) t = Top(i, e.g);
+      finite += e.g > -core::kInf;
+    }
+    __syncthreads();  // the temporaries may still be read from the previous operation
+    t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
+    if (threadIdx.x == 0) {
+      s_.slot.top_key = t.key;
+      s_.slot.top_value = t.value;
+    }
+    view.ok = !__syncthreads_or(bad);
+    view.max = s_.slot.top_value;
+    view.argmax = view.max > -core::kInf ? s_.slot.top_key : -1;
+    if (!view.ok || !view.has_mass()) return view;
+    if (view.greedy) {
+      view.norm = 1.0;
+      view.inv_norm = 1.0f;
+      return view;
+    }
+    finite = count(finite);
+
+    if (params.top_k > 0 && params.top_k < row.n && finite >= params.top_k) {
+      view.threshold = kth_largest(row, params.top_k);
+    }
+    if (params.top_p < 1.0f) view.threshold = top_p_threshold(view, params.top_p);
+    if (params.min_p > 0.0f) view.threshold = min_p_threshold(view, params.min_p);
+    view.norm = kept_mass(view, view.threshold);
+    view.inv_norm = static_cast<float>(1.0 / view.norm);
+    return view;
+  }
+
+  __device__ float value(const View& view, std::int32_t v) const { return core::probability(view, v); }
+
+  /// max_v p(v): p at the argmax, 1 * inv_norm (0 without mass).
+  __device__ Checked<float> max(const View& p) const {
+    return {p.has_mass() ? (p.greedy ? 1.0f : p.inv_norm) : 0.0f, p.ok};
+  }
+
+  /// The lowest index of max g: the exact argmax of p.
+  __device__ Checked<std::int32_t> argmax(const View& p) const { return {p.argmax, p.ok}; }
+
+  __device__ Checked<float> entropy(const View& p) {
+    if (p.greedy || !p.has_mass()) return {0.0f, p.ok};
+    double h = 0.0;
+    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) h += core::entropy_term(value(p, v));
+    return {static_cast<float>(sum(h)), p.ok};
+  }
+
+  /// D(p, q); no q is the one-hot draft e_x, whose divergence depends on p(x) alone (as the CPU).
+  __device__ Checked<float> divergence(Divergence d, const View& p, const View* q, std::int32_t x) {
+    if (!q) {
+      if (x < 0 || x >= n) return {__int_as_float(0x7fc00000), false};
+      const double a = value(p, x), rest = 1.0 - a > 0.0 ? 1.0 - a : 0.0;
+      const double off = rest > 0.0 ? rest * core::divergence_term(d, 1.0, 0.0) : 0.0;
+      return {static_cast<float>(off + core::divergence_term(d, a, 1.0)), p.ok};
+    }
+    double s = 0.0;
+    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) {
+      s += core::divergence_term(d, value(p, v), value(*q, v));
+    }
+    return {static_cast<float>(sum(s)), p.ok && q->ok};
+  }
+
+  /// From max(p - q, 0) in float (q == nullptr: one-hot at x); -1 when it has no mass.
+  __device__ Checked<std::int32_t> draw_residual(const View& p, const View* q, std::int32_t x, float u) {
+    if (!p.ok || (q && !q->ok)) return {-1, false};
+    if (!p.has_mass()) return {-1, true};
+    if (q && q->greedy) {  // one-hot q at the target id of its argmax
+      x = q->row.target_to_draft ? target_id(*q, q->argmax) : q->argmax;
+      q = nullptr;
+    }
+    if (p.greedy) {  // one positive weight at most: 1 - q(argmax)
+      const float qa = q ? value(*q, p.argmax) : (p.argmax == x ? 1.0f : 0.0f);
+      return {1.0f - qa > 0.0f ? p.argmax : -1, true};
+    }
+    return draw(ResidualWeights{*this, p, q, x}, u);
+  }
+
+  __device__ Checked<std::int32_t> draw_target(const View& p, float u) {
+    if (!p.ok) return {-1, false};
+    if (!p.has_mass()) return {-1, true};
+    if (p.greedy) return {p.argmax, true};
+    return draw(TargetWeights{*this, p}, u);
+  }
+
+  /// The mass of a tree node's residual after rejecting sibling x (core/residual.hpp).
+  __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
+    double s = 0.0;
+    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) s += r.after(*this, x, v);
+    return {sum(s), r.p.ok && (!r.has_q || r.q.ok)};
+  }
+
+  /// A draw from a tree node's residual after rejecting sibling x (kNoToken: the residual itself).
+  __device__ Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) {
+    if (!r.p.ok || (r.has_q && !r.q.ok)) return {-1, false};
+    return draw(TreeWeights{*this, r, x}, u);
+  }
+
+  /// Coupled sampling: argmax over kept tokens of (g - max)/T + Gumbel(seed, position, v), lowest
+  /// index on ties; argmax for greedy rows; -1 without mass. Each thread takes blocks of four
+  /// tokens (one Philox call each).
+  __device__ Checked<std::int32_t> gumbel_argmax(const View& p, std::uint64_t seed, std::int64_t position) {
+    if (!p.ok) return {-1, false};
+    if (!p.has_mass() || p.greedy) return {p.argmax, true};
+    Best best(INT_MAX, -HUGE_VAL);
+    const std::int32_t rows = p.row.n;
+    for (std::int32_t first = 4 * std::int32_t(threadIdx.x); first < rows; first += 4 * kThreads) {
+      float a[4];
+      bool any = false;
+      for (int l = 0; l < 4; ++l) {
+        const std::int32_t i = first + l;
+        const float g = i < rows ? core::processed_logit(p.row, i).g : -core::kInf;
+        a[l] = g >= p.threshold ? core::weight_argument(g, p.max, p.inv_temperature) : -core::kInf;
+        any |= a[l] > -core::kInf;
+      }
+      if (!any) continue;
+      std::uint32_t words[4];
+      core::gumbel_words(seed, position, static_cast<std::uint32_t>(first) >> 2, words);
+      for (int l = 0; l < 4; ++l) {
+        if (!(a[l] > -core::kInf)) continue;
+        const double k = double(a[l]) + core::gumbel(words[l]);
+        if (k > best.value) best = Best(first + l, k);  // indices rise: the first of equal keys stays
+      }
+    }
+    __syncthreads();
+    best = cub::BlockReduce<Best, kThreads>(s_.cub.best).Reduce(best, logit_detail::BestKeyOp{});
+    if (threadIdx.x == 0) s_.slot.index = best.key;
+    __syncthreads();
+    return {s_.slot.index, true};
+  }
+
+  /// The lowest row index whose inputs are invalid (NaN or +inf logit, guidance overflow), or -1;
+  /// names a fault's value.
+  __device__ std::int32_t first_invalid(const core::LogitRow<Logit>& row) {
+    int first = INT_MAX;
+    for (std::int32_t i = threadIdx.x; i < row.n && first == INT_MAX; i += kThreads) {
+      if (!core::processed_logit(row, i).valid) first = i;
+    }
+    first = min(first);
+    return first == INT_MAX ? -1 : first;
+  }
+
+  /// The minimum over the block of one int per thread, in every thread.
+  __device__ int min(int v) {
+    __syncthreads();  // the temporaries and the slot may still be read from the previous operation
+    v = cub::BlockReduce<int, kThreads>(s_.cub.count).Reduce(v, detail::MinOp{});
+    if (threadIdx.x == 0) s_.slot.index = v;
+    __syncthreads();
+    return s_.slot.index;
+  }
+
+ private:
+  // ---------------------------------------------------------------- block reductions
+
+  __device__ double sum(double v) {
+    __syncthreads();
+    v = cub::BlockReduce<double, kThreads>(s_.cub.sum).Reduce(v, detail::SumOp{});
+    if (threadIdx.x == 0) s_.slot.sum = v;
+    __syncthreads();
+    return s_.slot.sum;
+  }
+
+  __device__ int count(int v) {
+    __syncthreads();
+    v = cub::BlockReduce<int, kThreads>(s_.cub.count).Reduce(v, logit_detail::CountOp{});
+    if (threadIdx.x == 0) s_.slot.count = v;
+    __syncthreads();
+    return s_.slot.count;
+  }
+
+  __device__ unsigned min_bits(unsigned v) {
+    __syncthreads();
+    v = cub::BlockReduce<unsigned, kThreads>(s_.cub.bits).Reduce(v, logit_detail::MinBitsOp{});
+    if (threadIdx.x == 0) s_.slot.bits = v;
+    __syncthreads();
+    return s_.slot.bits;
+  }
+
+  // ---------------------------------------------------------------- the pre-pass's thresholds
+
+  __device__ static float weight(const View& view, float g) {
+    return core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
+  }
+
+  /// Sum of w over the row's values g >= t (t finite), in double; deterministic for a block size.
+  __device__ double kept_mass(const View& view, float t) {
+    double s = 0.0;
+    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
+      const float g = core::processed_logit(view.row, i).g;
+      if (g >= t) s += weight(view, g);
+    }
+    return sum(s);
+  }
+
+  /// The k-th largest finite value of the row (the row holds at least k): radix select on the
+  /// keys, most significant digit first; each round counts the values that share the digits
+  /// found so far, per next digit, and keeps the digit where the count from the top reaches k.
+  __device__ float kth_largest(const core::LogitRow<Logit>& row, int k) {
+    unsigned prefix = 0, mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      __syncthreads();  // the histogram and the slot of the previous round may still be read
+      for (int d = threadIdx.x; d < kBins; d += kThreads) s_.work.histogram[d] = 0;
+      __syncthreads();
+      for (std::int32_t i = threadIdx.x; i < row.n; i += kThreads) {
+        const float g = core::processed_logit(row, i).g;
+        if (!(g > -core::kInf)) continue;
+        const unsigned key = logit_detail::order_key(g);
+        if ((key & mask) == prefix) atomicAdd(&s_.work.histogram[(key >> shift) & 0xffu], 1);
+      }
+      __syncthreads();
+      // Counts from the highest digit down: thread t holds digits 255 - t kBinsPerThread - j.
+      int counts[kBinsPerThread], above[kBinsPerThread];
+      for (int j = 0; j < kBinsPerThread; ++j) {
+        const int d = kBins - 1 - (int(threadIdx.x) * kBinsPerThread + j);
+        counts[j] = d >= 0 ? s_.work.histogram[d] : 0;
+      }
+      cub::BlockScan<int, kThreads>(s_.cub.counts).ExclusiveSum(counts, above);
+      for (int j = 0; j < kBinsPerThread; ++j) {
+        if (above[j] < k && above[j] + counts[j] >= k) {
+          s_.slot.index = kBins - 1 - (int(threadIdx.x) * kBinsPerThread + j);
+          s_.slot.count = above[j];
+        }
+      }
+      __syncthreads();
+      k -= s_.slot.count;
+      prefix |= unsigned(s_.slot.index) << shift;
+      mask |= 0xffu << shift;
+    }
+    return logit_detail::key_value(prefix);
+  }
+
+  /// top_p among the candidates (finite g >= view.threshold): the largest t such that the
+  /// candidates >= t hold mass >= top_p of the candidates' mass. Bisection over keys on the
+  /// monotone mass M(K) = sum of w over candidates with key >= K, between the lowest candidate of
+  /// positive weight (M = the whole mass) and past the max (M = 0); the answer is a candidate key.
+  __device__ float top_p_threshold(const View& view, float top_p) {
+    double s = 0.0;
+    unsigned lowest = UINT_MAX;
+    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
+      const float g = core::processed_logit(view.row, i).g;
+      if (!(g >= view.threshold)) continue;
+      const float w = weight(view, g);
+      if (w > 0.0f) {
+        s += w;
+        const unsigned key = logit_detail::order_key(g);
+        lowest = key < lowest ? key : lowest;
+      }
+    }
+    const double need = double(top_p) * sum(s);
+    unsigned lo = min_bits(lowest), hi = logit_detail::order_key(view.max) + 1u;
+    while (hi - lo > 1u) {
+      const unsigned mid = lo + (hi - lo) / 2u;
+      if (kept_mass(view, logit_detail::key_value(mid)) >= need) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    return logit_detail::key_value(lo);
+  }
+
+  /// min_p among the tokens still kept: the lowest g >= view.threshold with w >= min_p (w = 1 at
+  /// the max, so the max qualifies).
+  __device__ float min_p_threshold(const View& view, float min_p) {
+    unsigned lowest = logit_detail::order_key(view.max);
+    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
+      const float g = core::processed_logit(view.row, i).g;
+      if (g >= view.threshold && weight(view, g) >= min_p) {
+        const unsigned key = logit_detail::order_key(g);
+        lowest = key < lowest ? key : lowest;
+      }
+    }
+    return logit_detail::key_value(min_bits(lowest));
+  }
+
+  /// The target id whose draft row index is `row_index` (q over a reduced vocabulary).
+  __device__ std::int32_t target_id(const View& q, std::int32_t row_index) {
+    int found = INT_MAX;
+    for (std::int32_t v = threadIdx.x; v < n && found == INT_MAX; v += kThreads) {
+      if (q.row.target_to_draft[v] == row_index) found = v;
+    }
+    return min(found);
+  }
+
+  // ---------------------------------------------------------------- the draw
+
+  /// p(v) (a non-greedy view with mass).
+  struct TargetWeights {
+    const BlockLogitRows& rows;
+    const View& p;
+    __device__ double operator()(std::int32_t v) const { return rows.value(p, v); }
+  };
+
+  /// max(p(v) - q(v), 0) in float, as the CPU's logits rows; with q == nullptr, p off x.
+  struct ResidualWeights {
+    const BlockLogitRows& rows;
+    const View& p;
+    const View* q;
+    std::int32_t x;
+    __device__ double operator()(std::int32_t v) const {
+      const float pv = rows.value(p, v);
+      if (!q) return v == x ? 0.0 : double(pv);
+      if (!(pv > 0.0f)) return 0.0;  // max(0 - q, 0): q not read
+      const float d = pv - rows.value(*q, v);
+      return d > 0.0f ? double(d) : 0.0;
+    }
+  };
+
+  /// A tree node's residual (core::Residual::after).
+  struct TreeWeights {
+    const BlockLogitRows& rows;
+    const core::Residual<View>& r;
+    std::int32_t x;
+    __device__ double operator()(std::int32_t v) const { return r.after(rows, x, v); }
+  };
+
+  /// The library's draw, the smallest v with w_0 + ... + w_v > u * sum(w), chunked as BlockRows
+  /// and the CPU chunk it (core::chunk_length): warps sum whole chunks, one block scan of the
+  /// chunk sums finds the chunk holding the crossing, warp 0 rescans it in index order.
+  template <class Weights>
+  __device__ Checked<std::int32_t> draw(const Weights& weight, float u) {
+    const std::int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const std::int32_t chunk = core::chunk_length(n);
+    const std::int32_t chunks = (n + chunk - 1) / chunk;
+    __syncthreads();  // s_.work and the temporaries may still be read from the previous operation
+    for (std::int32_t c = warp; c < chunks; c += kWarps) {
+      const std::int32_t begin = c * chunk, end = begin + chunk < n ? begin + chunk : n;
+      double s = 0.0;
+      for (std::int32_t i = begin + lane; i < end; i += 32) s += weight(i);
+      for (int d = 16; d > 0; d /= 2) s += __shfl_xor_sync(0xffffffffu, s, d);
+      if (lane == 0) s_.work.chunks[c] = s;
+    }
+    __syncthreads();
+
+    double sums[kChunksPerThread], before[kChunksPerThread];
+    for (int k = 0; k < kChunksPerThread; ++k) {
+      const int c = threadIdx.x * kChunksPerThread + k;
+      sums[k] = c < chunks ? s_.work.chunks[c] : 0.0;
+    }
+    double total;
+    cub::BlockScan<double, kThreads>(s_.cub.scan).ExclusiveSum(sums, before, total);
+    if (!(total > 0.0)) return {-1, true};
+    const double threshold = static_cast<double>(u) * total;
+    int crossing = INT_MAX;
+    for (int k = kChunksPerThread - 1; k >= 0; --k) {
+      const int c = threadIdx.x * kChunksPerThread + k;
+      if (c < chunks) {
+        s_.work.chunks[c] = before[k];
+        if (before[k] + sums[k] > threshold || c == chunks - 1) crossing = c;
+      }
+    }
+    crossing = min(crossing);  // its barriers also publish s_.work.chunks
+
+    if (warp == 0) {
+      const std::int32_t begin = crossing * chunk;
+      const std::int32_t end = begin + chunk < n ? begin + chunk : n;
+      double running = s_.work.chunks[crossing];
+      std::int32_t found = -1, last_positive = -1;
+      for (std::int32_t tile = begin; tile < end && found < 0; tile += 32) {
+        const std::int32_t i = tile + lane;
+        const double w = i < end ? weight(i) : 0.0;
+        double prefix = w;
+        for (int d = 1; d < 32; d *= 2) {
+          const double below = __shfl_up_sync(0xffffffffu, prefix, d);
+          if (lane >= d) prefix += below;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, w > 0.0 && running + prefix > threshold);
+        const unsigned positive = __ballot_sync(0xffffffffu, w > 0.0);
+        if (hit) found = tile + __ffs(hit) - 1;
+        if (positive) last_positive = tile + 31 - __clz(static_cast<int>(positive));
+        running += __shfl_sync(0xffffffffu, prefix, 31);
+      }
+      // Chunk sums and the rescan round apart in the last bits: at that edge the crossing is the
+      // chunk's last positive weight, or (a chunk left empty) the last one before it.
+      for (std::int32_t tile = begin; found < 0 && last_positive < 0 && tile > 0; tile -= 32) {
+        const std::int32_t i = tile - 32 + lane;
+        const unsigned positive = __ballot_sync(0xffffffffu, i >= 0 && weight(i) > 0.0);
+        if (positive) last_positive = tile - 1 - __clz(static_cast<int>(positive));
+      }
+      if (lane == 0) s_.slot.index = found >= 0 ? found : last_positive;
+    }
+    __syncthreads();
+    return {s_.slot.index, true};
+  }
+
+  Shared& s_;
+};
+
+}  // namespace specverify::cuda
