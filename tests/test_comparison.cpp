@@ -13,6 +13,7 @@
 #include "comparison/cli.hpp"
 #include "comparison/corpus.hpp"
 #include "comparison/setup.hpp"
+#include "markov.hpp"
 #include "support.hpp"
 #include "synthetic_acceptance.hpp"
 
@@ -128,18 +129,25 @@ TEST(QualityMetric, KnownTv) {
 
 TEST(QualityMetric, StandardIsAtTheNoiseFloorAndGreedyIsNot) {
   // p and q over 8 tokens; the first emitted token of Standard is distributed as p.
-  sc::QualityContext c{{0.3f, 0.2f, 0.15f, 0.1f, 0.1f, 0.05f, 0.05f, 0.05f}, {}};
-  c.q = {0.05f, 0.05f, 0.1f, 0.1f, 0.15f, 0.15f, 0.2f, 0.2f};
-  c.p.insert(c.p.end(), c.p.begin(), c.p.end());
-  const sc::DraftPolicy fixed{sc::Drafting::fixed, 1, 0};
-  const auto standard = sc::measure_quality({c}, 8, 20000, 8, fixed, nullptr,
+  const std::vector<float> p = {0.3f, 0.2f, 0.15f, 0.1f, 0.1f, 0.05f, 0.05f, 0.05f},
+                           q = {0.05f, 0.05f, 0.1f, 0.1f, 0.15f, 0.15f, 0.2f, 0.2f};
+  const sc::QualityContext c(p.data(), q.data(), 8, 8);
+  const sc::DraftPolicy fixed{sc::Drafting::fixed, 1, 0, {}, specverify::Drafted::sampled};
+  const auto standard = sc::measure_quality({c}, 20000, fixed, nullptr,
                                             [](const float*) { return specverify::Standard{}; }, 3);
   EXPECT_LT(standard.tv, 0.02);
   EXPECT_LT(standard.noise_floor, 0.02);
   // Greedy always emits argmax p: TV = 1 - p(argmax) = 0.7.
-  const auto greedy = sc::measure_quality({c}, 8, 2000, 8, fixed, nullptr,
+  const auto greedy = sc::measure_quality({c}, 2000, fixed, nullptr,
                                           [](const float*) { return specverify::Greedy{}; }, 3);
   EXPECT_NEAR(greedy.tv, 0.7, 1e-6);
+  // One-level trees of every drafting: Standard's first token still follows p.
+  for (const auto how : {specverify::Drafted::deterministic, specverify::Drafted::sampled,
+                         specverify::Drafted::sampled_without_replacement}) {
+    const sc::DraftPolicy tree{sc::Drafting::tree, 6, 0, sc::TreeShape{{3, 1}}, how};
+    const auto t = sc::measure_quality({c}, 20000, tree, nullptr, [](const float*) { return specverify::Standard{}; }, 3);
+    EXPECT_LT(t.tv, 0.02) << int(how);
+  }
 }
 
 TEST(Comparison, TinyEndToEndRun) {
@@ -167,7 +175,20 @@ TEST(Comparison, TinyEndToEndRun) {
     if (r.family == "Standard") {
       EXPECT_LE(r.tokens_per_call, 3.0);  // K = 2
     }
+    if (r.family == "Block") {
+      EXPECT_LE(r.tokens_per_call, r.parameter + 1);  // K drafts and the extra token
+    }
+    if (r.family.rfind("Tree", 0) == 0) {
+      EXPECT_LE(r.tokens_per_call, 3.0);  // the default trees have depth 2
+      EXPECT_GE(r.drafts_per_call, 1.0);
+      EXPECT_LE(r.drafts_per_call, r.parameter);  // at most its node budget per call
+    }
   }
+  // Block chains and every default tree ran.
+  EXPECT_EQ(std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.family == "Block"; }),
+            std::ptrdiff_t(o.sweep.block_k.size()));
+  EXPECT_EQ(std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.family.rfind("Tree", 0) == 0; }),
+            std::ptrdiff_t(o.sweep.trees.size()));
   // Deterministic from the seed.
   const auto again = sc::run_setting(pair, prompts, prompts, 1.0f, o, [](const std::string&) {});
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -252,6 +273,20 @@ TEST(SphinxTrigram, RowsAreFullAndNormalisedIncludingUnseenContexts) {
   EXPECT_EQ(q, q2);
   EXPECT_GT(tv_distance(p, p2), 0.05);
   EXPECT_GT(tv_distance(p, q), 0.05);
+  // Every word's value is b^score (the precomputed stored values, a bigram's times the history's
+  // back-off weight): ratios to one word against the scores, over the whole row, at T = 1 and 0.6.
+  for (const float t : {1.0f, 0.6f}) {
+    pair.target_row(of_the, 2, t, p2.data());
+    const std::int32_t ref = id("the");
+    const double ref_score = lm->score(of_the, 2, ref);
+    double worst = 0;
+    for (std::int32_t w = 0; w < V; ++w) {
+      if (w == lm->bos()) continue;
+      const double expected = std::exp((lm->score(of_the, 2, w) - ref_score) * sc::SphinxTrigram::kLnBase / t);
+      worst = std::max(worst, std::abs(double(p2[std::size_t(w)]) / p2[std::size_t(ref)] / expected - 1.0));
+    }
+    EXPECT_LT(worst, 1e-5) << "T " << t;
+  }
   // target_logprob agrees with the row.
   for (const char* w : {"same", "first", "zebra"})
     EXPECT_NEAR(pair.target_logprob(of_the, 2, id(w)), std::log(double(p[std::size_t(id(w))])), 1e-5) << w;
@@ -442,4 +477,173 @@ TEST(SyntheticAcceptance, RejectsRatesOutsideTheUnitInterval) {
   EXPECT_THROW(specverify::verify(SyntheticAcceptance{nullptr, 1}, batch, {1, 0},
                                   specverify::ChainOutput{tokens, 2, &accepted}),
                specverify::invalid_input);
+}
+
+// --- Tree drafting and Block in the decode loop ---
+
+namespace {
+
+using specverify::Drafted;
+
+/// Children of one node drawn `n` times; counts[c][v]: how often sibling c was token v.
+std::vector<std::vector<std::int64_t>> sibling_counts(const std::vector<float>& q, std::int32_t width, Drafted how,
+                                                      std::int32_t n, std::uint64_t seed) {
+  const std::int32_t V = std::int32_t(q.size());
+  std::vector<std::vector<std::int64_t>> counts(std::size_t(width), std::vector<std::int64_t>(std::size_t(V), 0));
+  std::vector<float> row = q;
+  std::vector<std::int32_t> children;
+  std::mt19937_64 rng(seed);
+  for (std::int32_t i = 0; i < n; ++i) {
+    sc::draft_children(row.data(), V, width, how, rng, children);
+    EXPECT_EQ(std::int32_t(children.size()), width);
+    for (std::size_t c = 0; c < children.size(); ++c) ++counts[c][std::size_t(children[c])];
+    if (how == Drafted::sampled_without_replacement) {
+      EXPECT_NE(children[0], children[1]);
+    }
+  }
+  EXPECT_EQ(row, q);  // the zeroed siblings were restored
+  return counts;
+}
+
+/// P(second child = y) when drawn from q without the first: sum_x q(x) q(y) / (1 - q(x)), x != y.
+std::vector<float> second_without_replacement(const std::vector<float>& q) {
+  std::vector<float> out(q.size(), 0.0f);
+  for (std::size_t x = 0; x < q.size(); ++x)
+    for (std::size_t y = 0; y < q.size(); ++y)
+      if (x != y) out[y] += float(double(q[x]) * q[y] / (1.0 - q[x]));
+  return out;
+}
+
+}  // namespace
+
+TEST(TreeDrafting, DeterministicChildrenAreTheTopKOfQInOrder) {
+  // Ties (0.2 at tokens 1 and 4) keep the lower index first; q is only read.
+  std::vector<float> q = {0.05f, 0.2f, 0.1f, 0.3f, 0.2f, 0.15f};
+  std::vector<std::int32_t> children;
+  std::mt19937_64 rng(1);
+  sc::draft_children(q.data(), 6, 3, Drafted::deterministic, rng, children);
+  EXPECT_EQ(children, (std::vector<std::int32_t>{3, 1, 4}));
+  sc::draft_children(q.data(), 6, 6, Drafted::deterministic, rng, children);
+  EXPECT_EQ(children, (std::vector<std::int32_t>{3, 1, 4, 5, 2, 0}));
+  sc::draft_children(q.data(), 6, 1, Drafted::deterministic, rng, children);
+  EXPECT_EQ(children, (std::vector<std::int32_t>{3}));
+  // A random row against a full sort.
+  std::mt19937_64 g(5);
+  const std::vector<float> r = specverify::testing::random_distribution(1000, g);
+  std::vector<std::int32_t> order(1000);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return r[std::size_t(a)] > r[std::size_t(b)]; });
+  std::vector<float> row = r;
+  sc::draft_children(row.data(), 1000, 4, Drafted::deterministic, rng, children);
+  EXPECT_EQ(children, std::vector<std::int32_t>(order.begin(), order.begin() + 4));
+}
+
+TEST(TreeDrafting, SampledChildrenFollowQ) {
+  // A peaked q, so drawing without replacement visibly changes the second child's distribution.
+  const std::vector<float> q = {0.45f, 0.25f, 0.12f, 0.08f, 0.06f, 0.04f};
+  constexpr std::int32_t n = 200000;
+  const auto iid = sibling_counts(q, 3, Drafted::sampled, n, 3);
+  for (std::size_t c = 0; c < iid.size(); ++c) {
+    const auto fit = specverify::testing::chi_square(iid[c], q);
+    EXPECT_TRUE(fit.fits()) << "i.i.d. sibling " << c << ": " << fit.statistic << " df " << fit.df;
+  }
+  const auto wor = sibling_counts(q, 2, Drafted::sampled_without_replacement, n, 4);
+  const auto first = specverify::testing::chi_square(wor[0], q);
+  EXPECT_TRUE(first.fits()) << first.statistic;
+  const std::vector<float> second = second_without_replacement(q);
+  const auto fit = specverify::testing::chi_square(wor[1], second);
+  EXPECT_TRUE(fit.fits()) << fit.statistic << " df " << fit.df;
+  // Negative controls: each drawing fails the other's law for the second sibling.
+  EXPECT_FALSE(specverify::testing::chi_square(wor[1], q).fits());
+  EXPECT_FALSE(specverify::testing::chi_square(iid[1], second).fits());
+}
+
+TEST(TreeDrafting, ShapeCountsNodesAndLevels) {
+  EXPECT_EQ((sc::TreeShape{{2, 1}}).nodes(), 4);
+  EXPECT_EQ((sc::TreeShape{{2, 2}}).nodes(), 6);
+  EXPECT_EQ((sc::TreeShape{{2, 1, 1, 1}}).nodes(), 8);
+  EXPECT_EQ((sc::TreeShape{{2, 2}}).depth(), 2);
+  EXPECT_EQ((sc::TreeShape{{2, 2}}).name(), "2-2");
+}
+
+namespace {
+
+/// First-order Markov target and draft (tests/markov.hpp) as a comparison model pair: rows
+/// depend on the last token only (the start row for an empty text). Temperature 1 only.
+class MarkovPair final : public sc::ModelPair {
+ public:
+  MarkovPair(specverify::testing::Markov p, specverify::testing::Markov q) : p_(std::move(p)), q_(std::move(q)) {}
+  std::string name() const override { return "markov"; }
+  std::int32_t vocab() const override { return p_.V; }
+  void target_row(const std::int32_t* text, std::int32_t n, float, float* out) override { copy(p_, text, n, out); }
+  void draft_row(const std::int32_t* text, std::int32_t n, float, float* out) override { copy(q_, text, n, out); }
+  double target_logprob(const std::int32_t* text, std::int32_t n, std::int32_t w) override {
+    return std::log(double(p_.row(n > 0 ? text[n - 1] : -1)[std::size_t(w)]));
+  }
+
+ private:
+  static void copy(const specverify::testing::Markov& m, const std::int32_t* text, std::int32_t n, float* out) {
+    const auto& row = m.row(n > 0 ? text[n - 1] : -1);
+    std::copy(row.begin(), row.end(), out);
+  }
+  specverify::testing::Markov p_, q_;
+};
+
+/// The decode loop from an empty prompt, `prompts` times: the chi-square of the first 3 emitted
+/// tokens against the target's exact joint.
+template <class MakeRule>
+specverify::testing::ChiSquare loop_fit(MarkovPair& pair, const specverify::testing::Markov& p,
+                                        const sc::DraftPolicy& policy, MakeRule make_rule, std::int32_t prompts,
+                                        double* tokens_per_call = nullptr) {
+  const std::int32_t V = p.V;
+  const sc::RunStats run = sc::decode(pair, std::vector<std::vector<std::int32_t>>(std::size_t(prompts)),
+                                      sc::DecodeSettings{3, 1.0f, 17}, policy, nullptr, make_rule);
+  std::vector<std::int64_t> counts(std::size_t(V * V * V), 0);
+  for (const auto& t : run.texts) {
+    EXPECT_GE(t.size(), 3u);
+    ++counts[std::size_t((t[0] * V + t[1]) * V + t[2])];
+  }
+  if (tokens_per_call) *tokens_per_call = double(run.generated) / double(run.target_calls);
+  return specverify::testing::chi_square(counts, p.joint(3));
+}
+
+}  // namespace
+
+TEST(DecodeLoop, StandardTreesEmitTheTarget) {
+  std::mt19937_64 rng(7);
+  const auto p = specverify::testing::Markov::random(5, rng);
+  for (const bool adversarial : {false, true}) {
+    MarkovPair pair(p, adversarial ? p.reversed() : specverify::testing::Markov::random(5, rng));
+    for (const auto how : {Drafted::deterministic, Drafted::sampled, Drafted::sampled_without_replacement}) {
+      for (const auto& shape : {sc::TreeShape{{2, 2}}, sc::TreeShape{{3, 1}}}) {
+        SCOPED_TRACE(testing::Message() << (adversarial ? "adversarial " : "") << int(how) << " " << shape.name());
+        double per_call = 0;
+        const auto fit = loop_fit(pair, p, sc::DraftPolicy{sc::Drafting::tree, shape.nodes(), 0, shape, how},
+                                  [](const float*) { return specverify::Standard{}; }, 30000, &per_call);
+        EXPECT_TRUE(fit.fits()) << fit.statistic << " df " << fit.df;
+        EXPECT_GT(per_call, 1.0);  // some children were accepted
+        EXPECT_LE(per_call, 3.0);  // depth 2: at most two drafts and the extra token
+      }
+    }
+  }
+  // Negative control: the same loop and test see Greedy's bias.
+  MarkovPair pair(p, specverify::testing::Markov::random(5, rng));
+  const sc::TreeShape shape{{2, 2}};
+  const auto greedy = loop_fit(pair, p, sc::DraftPolicy{sc::Drafting::tree, 6, 0, shape, Drafted::deterministic},
+                               [](const float*) { return specverify::Greedy{}; }, 30000);
+  EXPECT_FALSE(greedy.fits()) << greedy.statistic;
+}
+
+TEST(DecodeLoop, BlockChainsEmitTheTargetAndAcceptMore) {
+  std::mt19937_64 rng(8);
+  const auto p = specverify::testing::Markov::random(5, rng);
+  MarkovPair pair(p, p.reversed());
+  const sc::DraftPolicy chain{sc::Drafting::fixed, 3, 0, {}, Drafted::sampled};
+  double block = 0, standard = 0;
+  // 100k prompts: the standard error of the difference in tokens per call is about 0.003.
+  const auto fit = loop_fit(pair, p, chain, [](const float*) { return specverify::Block{}; }, 100000, &block);
+  EXPECT_TRUE(fit.fits()) << fit.statistic << " df " << fit.df;
+  loop_fit(pair, p, chain, [](const float*) { return specverify::Standard{}; }, 100000, &standard);
+  std::printf("Markov V = 5, adversarial draft, K = 3: tokens per call Standard %.4f, Block %.4f\n", standard, block);
+  EXPECT_GT(block, standard);
 }

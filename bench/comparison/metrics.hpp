@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "comparison/decode_loop.hpp"
@@ -58,10 +59,26 @@ class BinnedTv {
   std::vector<double> mass_;
 };
 
-/// One fixed context for quality trials: p and q after it, each trial a one-draft chain.
+/// The widest one-level tree the quality trials draft.
+constexpr std::int32_t kMaxQualityWidth = 4;
+
+/// One fixed context for quality trials, with what every rule's trials share, built once.
 struct QualityContext {
-  std::vector<float> p;  // [2][V]: p, then the bonus row (a copy; the first token never reads it)
-  std::vector<float> q;  // [V]
+  std::int32_t V = 0;
+  std::vector<float> p;  // [1 + kMaxQualityWidth][V]: p, then copies (rows after a draft: the first token never reads them)
+  std::vector<float> q;  // [1 + kMaxQualityWidth][V]: q, then zeros (a one-level tree's leaves: never read)
+  std::vector<double> cdf_p, cdf_q;
+  BinnedTv metric;
+
+  /// p and q after the context (V entries each); `top`: the TV metric's bins.
+  QualityContext(const float* p_row, const float* q_row, std::int32_t vocab, std::int32_t top)
+      : V(vocab), p(std::size_t(1 + kMaxQualityWidth) * std::size_t(vocab)),
+        q(p.size(), 0.0f), cdf_p(std::size_t(vocab)), cdf_q(std::size_t(vocab)), metric(p_row, vocab, top) {
+    for (std::int32_t i = 0; i <= kMaxQualityWidth; ++i) std::copy_n(p_row, V, p.begin() + std::ptrdiff_t(i) * V);
+    std::copy_n(q_row, V, q.begin());
+    std::partial_sum(q_row, q_row + V, cdf_q.begin(), [](double a, float b) { return a + b; });
+    std::partial_sum(p_row, p_row + V, cdf_p.begin(), [](double a, float b) { return a + b; });
+  }
 };
 
 struct Quality {
@@ -70,40 +87,80 @@ struct Quality {
   std::vector<double> tv_each, floor_each;  // per context: the units the intervals resample
 };
 
-/// `trials` one-draft chains per context: x ~ q, verify, record the first emitted token.
+/// `trials` trials per context, each recording the first emitted token: a one-draft chain (x ~ q,
+/// verify), or for a tree policy a one-level tree of the policy's first width, its children
+/// drafted as declared (top-k of q; i.i.d. from q; from q without the earlier siblings, by
+/// redrawing a repeat, which is exactly that distribution).
 template <class MakeRule>
-Quality measure_quality(const std::vector<QualityContext>& contexts, std::int32_t V, std::int32_t trials,
-                        std::int32_t top, const DraftPolicy& policy, Heads* heads, MakeRule make_rule,
-                        std::uint64_t seed) {
+Quality measure_quality(const std::vector<QualityContext>& contexts, std::int32_t trials, const DraftPolicy& policy,
+                        Heads* heads, MakeRule make_rule, std::uint64_t seed) {
+  using Rule = decltype(make_rule(static_cast<const float*>(nullptr)));
   Quality out;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<float> f(DraftFeatures::kDim);
+  const bool tree = policy.kind == Drafting::tree;
+  const std::int32_t width = tree ? policy.tree.branching.at(0) : 1;
+  if (width > kMaxQualityWidth) throw std::logic_error("quality trials draft at most kMaxQualityWidth children");
+  std::vector<std::int32_t> children, top, parents(std::size_t(width), -1);
   for (const QualityContext& c : contexts) {
-    const BinnedTv metric(c.p.data(), V, top);
-    std::vector<std::int64_t> emitted(metric.bins(), 0), direct(metric.bins(), 0);
+    const std::int32_t V = c.V;
+    std::vector<std::int64_t> emitted(c.metric.bins(), 0), direct(c.metric.bins(), 0);
     const DraftFeatures features(c.q.data(), V);
-    std::vector<double> cdf_q(static_cast<std::size_t>(V)), cdf_p(static_cast<std::size_t>(V));
-    std::partial_sum(c.q.begin(), c.q.end(), cdf_q.begin(), [](double a, float b) { return a + b; });
-    std::partial_sum(c.p.begin(), c.p.begin() + V, cdf_p.begin(), [](double a, float b) { return a + b; });
     const auto draw = [&](const std::vector<double>& cdf) {
       const double u = uniform(rng) * cdf.back();
       return static_cast<std::int32_t>(std::min<std::ptrdiff_t>(
           std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin(), V - 1));
     };
-    const std::int32_t offsets[2] = {0, 1};
-    for (std::int32_t t = 0; t < trials; ++t) {
-      std::int32_t x = draw(cdf_q), token[2], accepted = 0;
-      features.write(c.q.data(), x, 0, f.data());
-      const float score = draft_score(policy, heads, f.data());
-      const ChainBatch<float> batch{1, V, offsets, &x, c.p.data(), c.q.data()};
-      verify(make_rule(&score), batch, Randomness{seed, std::uint64_t(t)}, ChainOutput{token, 2, &accepted},
-             CpuOptions{1});
-      ++emitted[std::size_t(metric.bin(token[0]))];
-      ++direct[std::size_t(metric.bin(draw(cdf_p)))];
+    if (tree && policy.drafted == Drafted::deterministic) {
+      std::vector<float> q(c.q.begin(), c.q.begin() + V);
+      draft_children(q.data(), V, width, Drafted::deterministic, rng, top);
     }
-    out.tv_each.push_back(metric.tv(emitted));
-    out.floor_each.push_back(metric.tv(direct));
+    for (std::int32_t t = 0; t < trials; ++t) {
+      std::int32_t token[2], accepted = 0;
+      if (!tree) {
+        std::int32_t x = draw(c.cdf_q);
+        const std::int32_t offsets[2] = {0, 1};
+        features.write(c.q.data(), x, 0, f.data());
+        const float score = draft_score(policy, heads, f.data());
+        const ChainBatch<float> batch{1, V, offsets, &x, c.p.data(), c.q.data()};
+        verify(make_rule(&score), batch, Randomness{seed, std::uint64_t(t)}, ChainOutput{token, 2, &accepted},
+               CpuOptions{1});
+      } else if constexpr (kTreeRule<Rule>) {
+        if (policy.drafted == Drafted::deterministic) {
+          children = top;
+        } else {
+          children.clear();
+          double left = c.cdf_q.back();
+          while (std::int32_t(children.size()) < width && left > 1e-9 * c.cdf_q.back()) {
+            const std::int32_t x = draw(c.cdf_q);
+            if (policy.drafted == Drafted::sampled_without_replacement) {
+              if (std::find(children.begin(), children.end(), x) != children.end()) continue;
+              left -= c.q[std::size_t(x)];
+            }
+            children.push_back(x);
+          }
+        }
+        const std::int32_t offsets[2] = {0, std::int32_t(children.size())};
+        TreeBatch<float> batch;
+        batch.batch_size = 1;
+        batch.vocab_size = V;
+        batch.node_offsets = offsets;
+        batch.parents = parents.data();
+        batch.draft_tokens = children.data();
+        batch.target_probs = c.p.data();
+        batch.draft_probs = policy.drafted == Drafted::deterministic ? nullptr : c.q.data();
+        batch.drafted = policy.drafted;
+        verify(make_rule(nullptr), batch, Randomness{seed, std::uint64_t(t)}, TreeOutput{token, 2, &accepted},
+               CpuOptions{1});
+      } else {
+        throw std::logic_error("the comparison drafts trees only for Standard and Greedy");
+      }
+      ++emitted[std::size_t(c.metric.bin(token[0]))];
+      ++direct[std::size_t(c.metric.bin(draw(c.cdf_p)))];
+    }
+    out.tv_each.push_back(c.metric.tv(emitted));
+    out.floor_each.push_back(c.metric.tv(direct));
     out.tv += out.tv_each.back() / double(contexts.size());
     out.noise_floor += out.floor_each.back() / double(contexts.size());
   }

@@ -98,8 +98,10 @@ class NgramPair final : public ModelPair {
 /// is predicted from <s> alone (the bigram row of <s>, as pocketsphinx scores it).
 ///
 /// A row is s * u(w) except at the few words the context has stored n-grams for, with u = b^p1
-/// (b = 1.0001) precomputed per temperature and s = b^(backoffs): one pass over V per row, no
-/// exp per word, so no row cache is needed (a cached row would cost the same pass to copy).
+/// (b = 1.0001) precomputed per temperature and s = b^(backoffs): one pass over V per row. The
+/// stored n-grams' values b^(score / T) are precomputed too, once per temperature (3.7M exps), so
+/// a row costs two exps, not one per stored successor (thousands after a common word). No row
+/// cache is needed: a cached row would cost the same pass to copy.
 class SphinxPair final : public ModelPair {
  public:
   explicit SphinxPair(std::shared_ptr<const SphinxTrigram> lm) : lm_(std::move(lm)) {}
@@ -111,9 +113,7 @@ class SphinxPair final : public ModelPair {
     const std::int32_t c = context(text, n, 2);
     lm_->sparse_row(context_, c, sparse_);
     const Tempered& tu = tempered(1.0f);
-    const double s = scale(1.0);
-    double z = s * tu.total;
-    for (const auto& [v, score] : sparse_.exact) z += std::exp(score * kLnB) - s * tu.unigram[std::size_t(v)];
+    const double s = scale(1.0), z = normaliser(tu, s, 1.0, [](std::size_t, double) {});
     return double(lm_->score(context_, c, w)) * kLnB - std::log(z);
   }
   const SphinxTrigram& model() const { return *lm_; }
@@ -122,6 +122,7 @@ class SphinxPair final : public ModelPair {
   static constexpr double kLnB = SphinxTrigram::kLnBase;
   struct Tempered {
     std::vector<float> unigram;  // b^(p1(w) / T)
+    std::vector<float> stored;   // b^(score / T) of each stored n-gram, indexed as SparseRow::source
     double total = 0;
   };
 
@@ -145,8 +146,26 @@ class SphinxPair final : public ModelPair {
         tu.unigram.push_back(static_cast<float>(std::exp(double(p1) * kLnB * a)));
         tu.total += tu.unigram.back();
       }
+      tu.stored.resize(lm_->stored_count());
+      for (std::size_t i = 0; i < tu.stored.size(); ++i)
+        tu.stored[i] = static_cast<float>(std::exp(double(lm_->stored_score(i)) * kLnB * a));
     }
     return tu;
+  }
+  /// The row's normaliser s * total + sum over the exact words of (value - s * u(w)); `each` sees
+  /// every exact word's value. A two-word context's bigram entries carry the history's back-off
+  /// weight b^(second_add / T) as a factor (second_add is 0 otherwise).
+  template <class Each>
+  double normaliser(const Tempered& tu, double s, double a, Each each) const {
+    const double backoff = std::exp(double(sparse_.second_add) * kLnB * a);
+    double z = s * tu.total;
+    for (std::size_t i = 0; i < sparse_.exact.size(); ++i) {
+      const std::uint32_t from = sparse_.source[i];
+      const double value = double(tu.stored[from]) * (lm_->stored_is_bigram(from) ? backoff : 1.0);
+      each(i, value);
+      z += value - s * tu.unigram[std::size_t(sparse_.exact[i].first)];
+    }
+    return z;
   }
 
   void row(const std::int32_t* text, std::int32_t n, std::int32_t order, float t, float* out) {
@@ -156,12 +175,8 @@ class SphinxPair final : public ModelPair {
     const double a = t == 0.0f ? 1.0 : 1.0 / double(t);
     const Tempered& tu = tempered(t == 0.0f ? 1.0f : t);
     const double s = scale(a);
-    double z = s * tu.total;
-    values_.clear();
-    for (const auto& [v, score] : sparse_.exact) {
-      values_.push_back(std::exp(double(score) * kLnB * a));
-      z += values_.back() - s * tu.unigram[std::size_t(v)];
-    }
+    values_.resize(sparse_.exact.size());
+    const double z = normaliser(tu, s, a, [&](std::size_t i, double value) { values_[i] = value; });
     const float f = static_cast<float>(s / z);
     for (std::int32_t v = 0; v < V; ++v) out[v] = f * tu.unigram[std::size_t(v)];
     for (std::size_t i = 0; i < sparse_.exact.size(); ++i) out[sparse_.exact[i].first] = static_cast<float>(values_[i] / z);

@@ -188,7 +188,7 @@ struct Panel {
 /// gnuplot data blocks: one file per panel with the rows of each family as a block, each point
 /// with its 95% intervals (TV across, tokens per call up).
 inline void write_plots(const std::string& dir, const std::vector<Row>& rows, const std::vector<Panel>& panels) {
-  const char* families[] = {"Standard", "Greedy", "EARS", "FSD tv", "FSD js", "FSD js_fsd", "FSD kl_pq",
+  const char* families[] = {"Standard", "Block", "Tree top-k", "Tree w/o-repl", "Tree iid", "Greedy", "EARS", "FSD tv", "FSD js", "FSD js_fsd", "FSD kl_pq",
                             "FSD kl_qp", "rFSD", "SPRINTER", "SpecDec++", "Typical", "Synthetic"};
   const std::size_t columns = panels.size() > 4 ? 3 : 2, lines = (panels.size() + columns - 1) / columns;
   std::ofstream g(dir + "/tradeoff.gp");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,7 +25,7 @@ struct Options {
 inline Heads train_heads(ModelPair& m, const std::vector<std::vector<std::int32_t>>& prompts,
                          const DecodeSettings& s, std::int32_t k_max) {
   TrainingData data;
-  decode(m, prompts, s, DraftPolicy{Drafting::fixed, k_max, 0}, nullptr,
+  decode(m, prompts, s, DraftPolicy{Drafting::fixed, k_max, 0, {}, Drafted::sampled}, nullptr,
          [](const float*) { return Standard{}; }, &data);
   const Eigen::Index n = Eigen::Index(data.labels.size());
   const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> H(
@@ -49,20 +50,23 @@ inline std::vector<Row> run_setting(ModelPair& m, const std::vector<std::vector<
   const RunStats target = sample_target(m, prompts, DecodeSettings{o.tokens, temperature, o.seed + 11});
   const std::int32_t V = m.vocab();
   std::vector<QualityContext> contexts;
+  std::vector<float> p(static_cast<std::size_t>(V)), q(p.size());
   for (const auto& text : quality_prompts) {
-    QualityContext c{std::vector<float>(2 * std::size_t(V)), std::vector<float>(std::size_t(V))};
-    m.target_row(text.data(), std::int32_t(text.size()), temperature, c.p.data());
-    std::copy_n(c.p.data(), V, c.p.data() + V);
-    m.draft_row(text.data(), std::int32_t(text.size()), temperature, c.q.data());
-    contexts.push_back(std::move(c));
+    m.target_row(text.data(), std::int32_t(text.size()), temperature, p.data());
+    m.draft_row(text.data(), std::int32_t(text.size()), temperature, q.data());
+    contexts.emplace_back(p.data(), q.data(), V, o.top_bins);
   }
   // One set of resampling draws per setting: every rule's interval resamples the same prompts and
   // contexts, so intervals of differences between rules are paired.
   const Draws draws = make_draws(prompts.size(), contexts.size(), BootstrapOptions{o.resamples, 0.95, o.seed + 17});
   std::vector<Row> rows;
+  std::map<std::string, Quality> measured;  // by RuleSpec::quality_key
   for_each_rule(o.sweep, [&](const RuleSpec& spec, const DraftPolicy& policy, auto make_rule) {
     const RunStats run = decode(m, prompts, s, policy, &heads, make_rule);
-    const Quality q = measure_quality(contexts, V, o.trials, o.top_bins, policy, &heads, make_rule, o.seed + 3);
+    const auto known = spec.quality_key.empty() ? measured.end() : measured.find(spec.quality_key);
+    const Quality q = known != measured.end() ? known->second
+                                              : measure_quality(contexts, o.trials, policy, &heads, make_rule, o.seed + 3);
+    if (!spec.quality_key.empty()) measured.emplace(spec.quality_key, q);
     rows.push_back(make_row(m.name(), temperature, spec, run, q, target, o.cost_ratio, draws));
     progress(spec.name);
   });

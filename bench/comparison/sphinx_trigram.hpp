@@ -160,23 +160,38 @@ class SphinxTrigram {
   /// p1(w) in log base 1.0001 units, the float the file stores.
   const std::vector<float>& unigram_scores() const { return unigram_; }
 
+  /// Every stored bigram and trigram score, indexed as SparseRow::source names them: bigram
+  /// entries first, then trigram entries (so a caller can transform each once, not once per row).
+  std::size_t stored_count() const { return bigram_prob_.size() + trigram_prob_.size(); }
+  float stored_score(std::size_t s) const {
+    return s < bigram_prob_.size() ? bigram_prob_[s] : trigram_prob_[s - bigram_prob_.size()];
+  }
+  bool stored_is_bigram(std::size_t s) const { return s < bigram_prob_.size(); }
+
   /// A row of scores in sparse form: every word w scores default_add + unigram_scores()[w], except
   /// the listed words, which score exactly their listed value (log base 1.0001 units).
   struct SparseRow {
     float first_add = 0, second_add = 0;  // default: (p1 + first_add) + second_add, the library's order
     std::vector<std::pair<std::int32_t, float>> exact;  // sorted by word
+    // The stored entry each exact score came from; in a two-word context a bigram entry's score
+    // is its stored score + second_add (the back-off weight of the history).
+    std::vector<std::uint32_t> source;
   };
 
   /// The row after a context of `n` words (n = 2: w1 w2; n = 1: the bigram row of w2; n = 0: p1).
   void sparse_row(const std::int32_t* context, std::int32_t n, SparseRow& out) const {
     out.exact.clear();
+    out.source.clear();
     out.first_add = out.second_add = 0;
     if (n <= 0) return;
     const std::int32_t w2 = context[n - 1];
     const std::uint32_t b0 = bigram_begin_[std::size_t(w2)], b1 = bigram_begin_[std::size_t(w2) + 1];
     out.first_add = unigram_bo_[std::size_t(w2)];
     if (n == 1) {
-      for (std::uint32_t i = b0; i < b1; ++i) out.exact.emplace_back(bigram_word_[i], bigram_prob_[i]);
+      for (std::uint32_t i = b0; i < b1; ++i) {
+        out.exact.emplace_back(bigram_word_[i], bigram_prob_[i]);
+        out.source.push_back(i);
+      }
       return;
     }
     const std::int32_t w1 = context[n - 2];
@@ -190,9 +205,11 @@ class SphinxTrigram {
       if (j < tri.second && (i >= b1 || trigram_word_[j] <= bigram_word_[i])) {
         if (i < b1 && trigram_word_[j] == bigram_word_[i]) ++i;
         out.exact.emplace_back(trigram_word_[j], trigram_prob_[j]);
+        out.source.push_back(std::uint32_t(bigram_prob_.size()) + j);
         ++j;
       } else {
         out.exact.emplace_back(bigram_word_[i], bigram_prob_[i] + bo12);
+        out.source.push_back(i);
         ++i;
       }
     }
