@@ -117,13 +117,13 @@ inline std::string interval_text(double value, const Interval& i, const char* fo
 }
 
 inline void print_header(const std::string& title) {
-  std::printf("\n== %s\n%-22s %6s %18s %7s %6s %18s %6s %21s %6s %7s %7s\n", title.c_str(), "rule", "accept",
+  std::printf("\n== %s\n%-25s %6s %18s %7s %6s %18s %6s %21s %6s %7s %7s\n", title.c_str(), "rule", "accept",
               "tok/call [95% CI]", "calls/t", "disc/t", "speedup [95% CI]", "Lev.", "TV [95% CI]", "floor", "ppl",
               "verify");
 }
 
 inline void print_row(const Row& r) {
-  std::printf("%-22s %6.3f %18s %7.3f %6.2f %18s %6.2f %21s %6.3f %7.1f %5.0fus\n", r.rule.c_str(), r.accept_rate,
+  std::printf("%-25s %6.3f %18s %7.3f %6.2f %18s %6.2f %21s %6.3f %7.1f %5.0fus\n", r.rule.c_str(), r.accept_rate,
               interval_text(r.tokens_per_call, r.tokens_per_call_ci, "%.2f").c_str(), r.calls_per_token,
               r.discarded_per_token, interval_text(r.speedup, r.speedup_ci, "%.2f").c_str(), r.leviathan,
               interval_text(r.tv, r.tv_ci, "%.3f").c_str(), r.noise_floor, r.ppl, r.verify_us);
