@@ -86,6 +86,12 @@ int main(int argc, char** argv) {
     o.trials *= 5;
     o.contexts *= 2;
     o.sweep.fsd_scale = {0.02f, 0.05f, 0.1f, 0.15f, 0.2f, 0.3f, 0.45f, 0.6f};
+    o.sweep.block_k = {2, 3, 4, 6, 8};
+    // Deeper trees at the same budgets: two chains of 3 (6 nodes) and of 4 (8 nodes).
+    for (const auto how : {specverify::Drafted::deterministic, specverify::Drafted::sampled_without_replacement,
+                           specverify::Drafted::sampled})
+      for (const TreeShape& shape : {TreeShape{{2, 1, 1}}, TreeShape{{2, 1, 1, 1}}})
+        o.sweep.trees.push_back({shape, how, false});
   }
   const auto start = std::chrono::steady_clock::now();
   Corpus corpus = build_corpus(read_fortune_dir(corpus_dir), 10);

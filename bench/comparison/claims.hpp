@@ -3,6 +3,7 @@
 // resampled together) and called significant only when that interval excludes no-difference.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -125,6 +126,41 @@ inline void print_claims(const std::vector<Row>& rows, const Options& o) {
     std::printf("\n");
   }
 
+  std::printf("Block over Standard at the same K (Sun et al.: +5-8%%): tokens per call ratio\n");
+  for (const auto& [pair, t] : settings) {
+    std::printf("  %-22s T=%-3g", pair.c_str(), t);
+    for (const Row& r : rows) {
+      if (r.pair != pair || r.temperature != t || r.family != "Block") continue;
+      char chain[32];
+      std::snprintf(chain, sizeof chain, "Standard K=%g", r.parameter);
+      const Row* base = find(rows, pair, t, chain);
+      if (!base) continue;
+      const Interval i = paired_prompt_ratio(r, *base, draws_of(r, o), gen, calls);
+      std::printf("  K=%g x%s (%s)", r.parameter, interval_text(r.tokens_per_call / base->tokens_per_call, i, "%.3f").c_str(),
+                  verdict(i, 1.0));
+    }
+    std::printf("\n");
+  }
+  std::printf("Traversal verification over Block (Weng et al.: +2-6%%): not measured, the library has no traversal rule\n");
+
+  std::printf("Trees against Standard chains of the same node budget: tokens per call ratio\n");
+  for (const auto& [pair, t] : settings) {
+    bool any = false;
+    for (const Row& r : rows) {
+      if (r.pair != pair || r.temperature != t || r.family.find("ree") == std::string::npos) continue;
+      char chain[32];
+      std::snprintf(chain, sizeof chain, "Standard K=%g", r.parameter);
+      const Row* base = find(rows, pair, t, chain);
+      if (!base) continue;
+      if (!any) std::printf("  %-22s T=%-3g", pair.c_str(), t);
+      any = true;
+      const Interval i = paired_prompt_ratio(r, *base, draws_of(r, o), gen, calls);
+      std::printf("\n      %-22s vs %-12s x%s (%s)", r.rule.c_str(), chain,
+                  interval_text(r.tokens_per_call / base->tokens_per_call, i, "%.3f").c_str(), verdict(i, 1.0));
+    }
+    if (any) std::printf("\n");
+  }
+
   std::printf("Standard: excess TV over the noise floor (0: lossless within noise)\n");
   for (const auto& [pair, t] : settings) {
     if (t == 0.0) continue;
@@ -134,6 +170,21 @@ inline void print_claims(const std::vector<Row>& rows, const Options& o) {
         std::printf("  %s %+.3f [%+.3f,%+.3f] (%s)", r.rule.c_str(), r.tv - r.noise_floor, r.excess_tv_ci.lo,
                     r.excess_tv_ci.hi, verdict(r.excess_tv_ci, 0.0));
     std::printf("\n");
+  }
+
+  std::printf("Standard on trees: excess TV over the noise floor of the first token of a one-level tree (one per drafting)\n");
+  for (const auto& [pair, t] : settings) {
+    if (t == 0.0) continue;
+    std::vector<std::string> seen;
+    for (const Row& r : rows) {
+      if (r.pair != pair || r.temperature != t || r.family.rfind("Tree", 0) != 0) continue;
+      if (std::find(seen.begin(), seen.end(), r.family) != seen.end()) continue;  // same trials per drafting
+      if (seen.empty()) std::printf("  %-22s T=%-3g", pair.c_str(), t);
+      seen.push_back(r.family);
+      std::printf("  %s %+.3f [%+.3f,%+.3f] (%s)", r.family.c_str(), r.tv - r.noise_floor, r.excess_tv_ci.lo,
+                  r.excess_tv_ci.hi, verdict(r.excess_tv_ci, 0.0));
+    }
+    if (!seen.empty()) std::printf("\n");
   }
 
   std::printf("Synthetic acceptance: tokens per call against the closed form 1 + sum_j prod_{i<=j} rate(i)\n");

@@ -117,13 +117,13 @@ inline std::string interval_text(double value, const Interval& i, const char* fo
 }
 
 inline void print_header(const std::string& title) {
-  std::printf("\n== %s\n%-22s %6s %18s %7s %6s %18s %6s %21s %6s %7s %7s\n", title.c_str(), "rule", "accept",
+  std::printf("\n== %s\n%-25s %6s %18s %7s %6s %18s %6s %21s %6s %7s %7s\n", title.c_str(), "rule", "accept",
               "tok/call [95% CI]", "calls/t", "disc/t", "speedup [95% CI]", "Lev.", "TV [95% CI]", "floor", "ppl",
               "verify");
 }
 
 inline void print_row(const Row& r) {
-  std::printf("%-22s %6.3f %18s %7.3f %6.2f %18s %6.2f %21s %6.3f %7.1f %5.0fus\n", r.rule.c_str(), r.accept_rate,
+  std::printf("%-25s %6.3f %18s %7.3f %6.2f %18s %6.2f %21s %6.3f %7.1f %5.0fus\n", r.rule.c_str(), r.accept_rate,
               interval_text(r.tokens_per_call, r.tokens_per_call_ci, "%.2f").c_str(), r.calls_per_token,
               r.discarded_per_token, interval_text(r.speedup, r.speedup_ci, "%.2f").c_str(), r.leviathan,
               interval_text(r.tv, r.tv_ci, "%.3f").c_str(), r.noise_floor, r.ppl, r.verify_us);
@@ -202,10 +202,16 @@ inline void write_plots(const std::string& dir, const std::vector<Row>& rows, co
     const std::string data = dir + "/tradeoff_" + std::to_string(pi) + ".dat";
     std::ofstream d(data);
     double floor = 0;
+    std::size_t blocks = 0;  // families with rows in this panel (an empty block makes gnuplot warn)
     for (const char* fam : families) {
+      const auto in_panel = [&](const Row& r) {
+        return r.pair == panels[pi].pair && std::abs(r.temperature - panels[pi].temperature) < 1e-4 && r.family == fam;
+      };
+      if (std::none_of(rows.begin(), rows.end(), in_panel)) continue;
+      ++blocks;
       d << "\"" << fam << "\"\n";
       for (const Row& r : rows)
-        if (r.pair == panels[pi].pair && std::abs(r.temperature - panels[pi].temperature) < 1e-4 && r.family == fam) {
+        if (in_panel(r)) {
           d << r.tv << ' ' << r.tokens_per_call << ' ' << r.tv_ci.lo << ' ' << r.tv_ci.hi << ' '
             << r.tokens_per_call_ci.lo << ' ' << r.tokens_per_call_ci.hi << '\n';
           floor = r.noise_floor;
@@ -214,7 +220,7 @@ inline void write_plots(const std::string& dir, const std::vector<Row>& rows, co
     }
     g << "set title '" << panels[pi].pair << ", T = " << panels[pi].temperature << "'\nset arrow 1 from " << floor
       << ", graph 0 to " << floor << ", graph 1 nohead dt 2 lc 'gray'\n"
-      << "plot for [i=0:" << std::size(families) - 1 << "] '" << data
+      << "plot for [i=0:" << blocks - 1 << "] '" << data
       << "' index i using 1:2:3:4:5:6 with xyerrorlines pt (i%7+1) ps 1.1 title columnheader(1)\n";
   }
   g << "unset multiplot\n";
