@@ -7,7 +7,8 @@
 //   g(v) = -inf where the bitmask forbids v (step 2)
 //   a(v) = (g(v) - max g) * (1/T)        the weight's argument, a <= 0 (two roundings, in this order)
 //   w(v) = exp_weight(a(v))               the shared exp below, on kept tokens; 0 elsewhere
-//   p(v) = w(v) * inv_norm                inv_norm = float(1 / norm), norm = sum of kept w in double
+//   p(v) = w(v) * inv_norm                inv_norm = float(1 / norm), norm = sum of kept w, a
+//                                        core::FixedSum (the same bits in any order)
 // T = 0 (greedy) makes p one-hot on the lowest index of max g. Steps 4-6 (top_k, top_p, min_p)
 // reduce to one value threshold on g: kept(v) <=> g(v) >= threshold. That is exact because
 // exp_weight is non-decreasing (checked over every float argument), so each step's set of kept
@@ -131,19 +132,18 @@ struct LogitView {
   std::int32_t argmax = -1;        // lowest row index holding max g; -1 when every token is masked
   float inv_temperature = 1.0f;    // 1/T, at most FLT_MAX (so a subnormal T acts as 1/FLT_MAX)
   float threshold = 0;             // kept(v) <=> g(v) >= threshold (always finite)
-  double norm = 0;                 // sum of w over kept tokens (1 for greedy rows)
+  double norm = 0;                 // sum of w over kept tokens, a FixedSum's value (1 for greedy rows)
   float inv_norm = 0;              // float(1 / norm)
   // Small kept sets (top_k, top_p) are listed: their row indices in increasing order, so draws
   // and sums visit those tokens alone. listed = -1: the kept set is not listed.
   static constexpr std::int32_t kMaxListed = 256;
   std::int32_t listed = -1;
   std::int32_t kept[kMaxListed];
-  // The weights w(i) of row indices i >= weights_from (0 off the kept set), where the backend
-  // keeps them (the CPU: in its scratch row, valid until that is reused); the others, and all of
-  // them without `weights`, are computed from the logits on demand. The same bits either way:
-  // p(i) = weights[i] * inv_norm = probability_at(view, i).
+  // The weights w(i) of every row index (0 off the kept set), where the backend keeps them (the
+  // CPU: in its scratch row, valid until that is reused); without `weights` they are computed from
+  // the logits on demand. The same bits either way: p(i) = weights[i] * inv_norm =
+  // probability_at(view, i).
   const float* weights{};
-  std::int32_t weights_from = 0;
 
   SPECVERIFY_HD bool has_mass() const { return argmax >= 0; }
 };

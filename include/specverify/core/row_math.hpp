@@ -24,6 +24,17 @@ SPECVERIFY_HD constexpr std::int32_t chunk_length(std::int32_t n) {
 /// Residual weight max(p - q, 0), in double where p - q of two floats is (nearly always) exact.
 SPECVERIFY_HD inline double residual_weight(double p, double q) { return p > q ? p - q : 0.0; }
 
+/// max(s p - q, 0) with s p - q rounded once (a fused multiply-add on every backend and build:
+/// a compiler left to contract s * p - q itself would do so on some instruction sets only).
+SPECVERIFY_HD inline double scaled_residual_weight(double s, double p, double q) {
+#if defined(__CUDA_ARCH__)
+  const double d = fma(s, p, -q);
+#else
+  const double d = __builtin_fma(s, p, -q);
+#endif
+  return d > 0 ? d : 0.0;
+}
+
 /// -p log p with 0 log 0 = 0.
 SPECVERIFY_HD inline double entropy_term(double p) { return p > 0 ? -p * std::log(p) : 0.0; }
 

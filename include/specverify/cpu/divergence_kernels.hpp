@@ -7,9 +7,14 @@
 // result is then +inf. Rows are taken as given (no normalisation); a one-hot draft (q == nullptr)
 // is q = e_x, handled in closed form from p(x) and the mass of p off x.
 //
-// Accuracy. Each vector of terms takes one of two forms (the term functors below).
-//   Fast form, for vectors whose values are all +-0 or positive normal floats: one log of a
-//   ratio. With u = 2^-24, the ratio is rounded within u(1 + 2^-19) and fast_log adds at most
+// One answer everywhere: each element's term is computed by the same float operations whatever
+// the vector width (the form is chosen lane by lane, fused multiply-adds are fused on every
+// instruction set, the ratio is a correctly rounded divide), and the terms are summed as a
+// core::FixedSum. So a statistic has the same bits in SSE2, AVX2 and AVX-512 builds.
+//
+// Accuracy. Each term takes one of two forms (the term functors below).
+//   Fast form, for elements whose values are +-0 or positive normal floats: one log of a
+//   ratio. With u = 2^-24, the ratio is rounded within u and fast_log adds at most
 //   u |log| + 2.45e-8 (fast_log.hpp), so per unit weight the log is off by at most
 //   u + 2.45e-8 = 8.41e-8 plus roundings relative to the term itself:
 //     KL    p log r, r = p/q:                        8.41e-8 p.
@@ -18,11 +23,11 @@
 //           times 1/4:                               6.57e-8 (p + q).
 //   JS    the split form below in both forms (see JsTerm); the fast one only skips the clamping
 //         of subnormal weights and the per-value validation, so its values are the same.
-//   Careful form, for JS and for a vector with any subnormal, invalid value or out-of-range ratio: logs of
+//   Careful form, for JS and for an element with a subnormal, invalid value or out-of-range ratio: logs of
 //   the split form (fast_log.hpp), whose k and f parts cancel exactly, so a term a log(a/b)
 //   carries 2 x 1.04e-8 times its weight; m = (p + q)/2 is corrected to first order (TwoSum).
-// Terms are summed in float lanes for kChunkVectors vectors, then in double: with the roundings
-// relative to each term (the log's, the products', the lane sums', the final float) at most 8u.
+// Terms are widened to double and summed as a FixedSum (2^-81 per term); with the roundings
+// relative to each term (the log's, the products', the final float) at most 8u.
 // With S the sum of the magnitudes of the terms D adds up (scaled like D; S = D when no term is
 // negative), this gives
 //     |D - D_exact| <= kDivergenceMassError * sum(p + q) + kDivergenceTermError * S,
@@ -42,9 +47,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <numeric>
 
+#include "specverify/core/fixed_sum.hpp"
 #include "specverify/cpu/fast_log.hpp"
+#include "specverify/cpu/fixed_lanes.hpp"
+#include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/rule.hpp"
 
@@ -60,9 +67,6 @@ inline double decision_margin(double threshold) {
 }
 
 namespace detail {
-
-/// Float lanes add this many vectors before their sums move to double: 4 roundings per lane.
-inline constexpr std::int32_t kChunkVectors = 4;
 
 /// A term's weight a: a subnormal a counts as FLT_MIN. That moves its term by less than
 /// FLT_MIN * |log ratio| < 2e-36, and a multiply with a subnormal input costs a microcode assist
@@ -101,24 +105,11 @@ SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<T, Arch> not_normal(const xsimd::batc
   }
 }
 
-/// p / q for positive normal p and q, or a value that is not a positive normal float where the
-/// quotient is not one. AVX-512: a 14-bit reciprocal, one Newton step (relative error below
-/// 2^-27 for q <= 2^126; 2^-20 up to FLT_MAX, where 1/q is subnormal) and one correction of the
-/// quotient by its exact residual p - r q: rounded within 2^-24 (1 + 2^-19) of p / q, against
-/// 2^-24 for a divide, without the divider's throughput of one vector every 10 cycles.
+/// p / q, correctly rounded on every instruction set. (An AVX-512 reciprocal with a Newton step
+/// and a corrected quotient ran faster, but its roundings differ from the divider's, and a build's
+/// instruction set must not change a statistic.)
 template <class B>
 SPECVERIFY_ALWAYS_INLINE B ratio(const B& p, const B& q) {
-#if XSIMD_WITH_AVX512DQ
-  if constexpr (kHasAvx512<typename B::arch_type>) {
-    // Intrinsics, not xsimd::fma: xsimd 8.1 writes x * y + z for AVX-512, fused only where the
-    // compiler contracts it, and the residual must come from a fused multiply-add to be exact.
-    const __m512 pv = p, qv = q;
-    const __m512 r0 = _mm512_maskz_rcp14_ps(0xffff, qv);  // not rcp14_ps: g++ 12 warns on it
-    const __m512 r1 = _mm512_fmadd_ps(r0, _mm512_fnmadd_ps(r0, qv, _mm512_set1_ps(1.0f)), r0);
-    const __m512 r = _mm512_mul_ps(pv, r1);
-    return B(_mm512_fmadd_ps(_mm512_fnmadd_ps(r, qv, pv), r1, r));
-  }
-#endif
   return p / q;
 }
 
@@ -240,7 +231,7 @@ struct JsFsdTerm {  // (p + q) (log(m/p) + log(m/q)), times 1/4
     const B x = log_difference(l.m, l.p) + log_difference(l.m, l.q);
     // d/ds of s x is x + 2. err is 0 whenever p or q is 0 (where x = inf).
     const B correction = xsimd::select(l.err != zero, l.err * (x + B(2.0f)), zero);
-    return xsimd::select(l.s > zero, fmadd(weight(l.s), x, correction), zero);
+    return xsimd::select(l.s > zero, fused(weight(l.s), x, correction), zero);
   }
   /// x = log(m/p) + log(m/q) = -log(r (2 - r)) with a, b and r as for JS: one log, one ratio.
   /// a = 0 < b makes x = +inf. The rounding of s = a + b is left uncorrected (see the bound).
@@ -257,16 +248,35 @@ struct JsFsdTerm {  // (p + q) (log(m/p) + log(m/q)), times 1/4
   }
 };
 
-/// sum_i t(p_i, q_i) over n elements in one pass, validating every value read.
+/// sum_i t(p_i, q_i) as a core::FixedSum (the same bits for every SIMD width and split), whether
+/// a term was +inf (the sum is then +inf), and whether every value read was valid.
+struct TermSum {
+  core::FixedSum sum;
+  double scale = 1.0;     // the terms were summed times this power of two (unnormalised rows)
+  double max_term = 0.0;  // the largest finite |term| (unscaled): whether any term is nonzero
+  bool infinite = false;
+  bool ok = true;
+
+  void merge(const TermSum& other) {  // slices summed at the same scale
+    sum.merge(other.sum);
+    max_term = std::max(max_term, other.max_term);
+    infinite = infinite || other.infinite;
+    ok = ok && other.ok;
+  }
+  double value() const { return infinite ? HUGE_VAL : sum.value() / scale; }
+};
+
+/// One pass over n elements at `scale`, validating every value read. Each lane takes the fast
+/// form unless its own values need the careful one: the choice is per element, so the term of
+/// element i is the same whatever vector it falls in.
 template <class Arch, class Term>
-SPECVERIFY_FLATTEN Checked<double> sum_terms(const float* p, const float* q, std::int32_t n, Term term) {
+SPECVERIFY_FLATTEN TermSum sum_terms_at(const float* p, const float* q, std::int32_t n, Term term, double scale) {
   using B = xsimd::batch<float, Arch>;
-  using D = xsimd::batch<double, Arch>;
   constexpr std::int32_t W = B::size;
   auto ok = B(0.0f) == B(0.0f);
-  D total(0.0);
-  const auto widen = [&](const B& v) { total += widen_low(v) + widen_high(v); };
-  const auto at = [&](const float* pi, const float* qi, auto load) {
+  auto infinite = B(0.0f) != B(0.0f);
+  FixedLanes<Arch> lanes(scale);
+  const auto add = [&](const float* pi, const float* qi, auto load) {
     const B pv = load(pi);
     B qv = pv;
     auto rare = unusual(pv);
@@ -274,60 +284,83 @@ SPECVERIFY_FLATTEN Checked<double> sum_terms(const float* p, const float* q, std
       qv = load(qi);
       rare = rare | unusual(qv);
     }
+    B t;
     if constexpr (!Term::has_fast_form) {
       ok = ok & valid_probability(pv) & valid_probability(qv);
-      return term(pv, qv);
+      t = term(pv, qv);
     } else {
-      B t = term.fast(pv, qv, rare);
+      t = term.fast(pv, qv, rare);
       if (xsimd::any(rare)) {  // an invalid value, a subnormal or a ratio the fast form cannot take
         ok = ok & valid_probability(pv) & valid_probability(qv);
-        t = term(pv, qv);
+        t = xsimd::select(rare, term(pv, qv), t);
       }
-      return t;
     }
+    const auto inf = t == B(std::numeric_limits<float>::infinity());
+    infinite = infinite | inf;
+    t = xsimd::select(inf, B(0.0f), t);
+    lanes.add(widen_low(t));
+    lanes.add(widen_high(t));
   };
   const auto unaligned = [](const float* v) { return B::load_unaligned(v); };
   const auto aligned = [](const float* v) { return B::load_aligned(v); };
 
   const std::int32_t body = n / W * W;
-  for (std::int32_t begin = 0; begin < body; begin += kChunkVectors * W) {
-    const std::int32_t end = std::min(body, begin + kChunkVectors * W);
-    B acc(0.0f);
-    for (std::int32_t i = begin; i < end; i += W) {
-      // q + i only when q is read: q may be nullptr for one-row terms.
-      acc += at(p + i, Term::reads_q ? q + i : nullptr, unaligned);
-    }
-    widen(acc);
-  }
+  // q + i only when q is read: q may be nullptr for one-row terms.
+  for (std::int32_t i = 0; i < body; i += W) add(p + i, Term::reads_q ? q + i : nullptr, unaligned);
   if (body < n) {
     alignas(64) float tail_p[W] = {}, tail_q[W] = {};
     std::copy(p + body, p + n, tail_p);
     if constexpr (Term::reads_q) std::copy(q + body, q + n, tail_q);
-    widen(at(tail_p, tail_q, aligned));
+    add(tail_p, tail_q, aligned);
   }
-  alignas(64) double sums[D::size];  // not xsimd::hadd: g++ 12 warns inside its AVX-512 intrinsic
-  total.store_aligned(sums);
-  return {std::accumulate(sums, sums + D::size, 0.0), xsimd::all(ok)};
+  TermSum r;
+  r.scale = scale;
+  lanes.flush(r.sum);
+  r.infinite = xsimd::any(infinite);
+  r.ok = xsimd::all(ok);
+  r.max_term = lanes.max_term();
+  return r;
 }
 
-inline Checked<float> scaled(const Checked<double>& sum, double factor) {
-  return {static_cast<float>(factor * sum.value), sum.ok};
+/// sum_terms_at at scale 1, or again at core::fixed_scale where the terms leave FixedSum's domain
+/// (rows far from normalised): a choice made from the row's largest term alone.
+template <class Arch, class Term>
+TermSum sum_terms(const float* p, const float* q, std::int32_t n, Term term) {
+  TermSum r = sum_terms_at<Arch>(p, q, n, term, 1.0);
+  if (r.ok && !core::fixed_in_domain(r.max_term, n)) {
+    r = sum_terms_at<Arch>(p, q, n, term, core::fixed_scale(r.max_term, n));
+  }
+  return r;
+}
+
+inline Checked<float> scaled(const TermSum& sum, double factor) {
+  return {static_cast<float>(factor * sum.value()), sum.ok};
 }
 
 /// D(p, e_x): only a = p(x) and the mass R of p off x enter (m = p/2 off x, (a + 1)/2 at x).
 template <class Arch>
 Checked<float> one_hot_divergence(Divergence d, const float* p, std::int32_t x, std::int32_t n) {
   if (x < 0 || x >= n) return {std::numeric_limits<float>::quiet_NaN(), false};
-  const Checked<double> before = sum_terms<Arch>(p, nullptr, x, MassTerm{});
-  const Checked<double> after = sum_terms<Arch>(p + x + 1, nullptr, n - x - 1, MassTerm{});
-  const bool ok = before.ok && after.ok && valid_probability(p[x]);
-  const double a = p[x], rest = before.value + after.value;
+  TermSum off = sum_terms<Arch>(p, nullptr, x, MassTerm{});
+  const TermSum after = sum_terms<Arch>(p + x + 1, nullptr, n - x - 1, MassTerm{});
+  const bool ok = off.ok && after.ok && valid_probability(p[x]);
+  const double a = p[x];
+  // The two slices' masses merge exactly where both are at scale 1 (rows of probabilities).
+  // Whether p has mass off x is asked of its values, not of the sum (whose floor is 2^-81).
+  const bool off_x = off.max_term > 0.0 || after.max_term > 0.0;
+  double rest;
+  if (off.scale == after.scale) {
+    off.merge(after);
+    rest = off.value();
+  } else {
+    rest = off.value() + after.value();
+  }
   const double inf = std::numeric_limits<double>::infinity();
   const double ln2 = 0.693147180559945309417232121458;
   double v = 0.0;
   switch (d) {
     case Divergence::kl_target_draft:  // p log(p/0) = inf off x
-      v = rest > 0.0 ? inf : (a > 0.0 ? a * std::log(a) : 0.0);
+      v = off_x ? inf : (a > 0.0 ? a * std::log(a) : 0.0);
       break;
     case Divergence::kl_draft_target:
       v = -std::log(a);
@@ -337,7 +370,7 @@ Checked<float> one_hot_divergence(Divergence d, const float* p, std::int32_t x, 
                  std::log(2.0 / (a + 1.0)));
       break;
     case Divergence::js_fsd:  // m log(m/0) = inf off x, and at x when a = 0
-      v = rest > 0.0 || !(a > 0.0) ? inf : 0.25 * (a + 1.0) * std::log((a + 1.0) * (a + 1.0) / (4.0 * a));
+      v = off_x || !(a > 0.0) ? inf : 0.25 * (a + 1.0) * std::log((a + 1.0) * (a + 1.0) / (4.0 * a));
       break;
     case Divergence::tv:
       v = 0.5 * (std::abs(a - 1.0) + rest);
@@ -354,24 +387,37 @@ Checked<float> row_entropy(const float* p, std::int32_t n) {
   return detail::scaled(detail::sum_terms<Arch>(p, nullptr, n, detail::EntropyTerm{}), 1.0);
 }
 
+namespace detail {
+
+/// sum t(p, q) for divergence d, and the factor D = factor * sum (0 for a value that is not a
+/// Divergence: ok is then false).
+template <class Arch>
+TermSum divergence_sum(Divergence d, const float* p, const float* q, std::int32_t n, double& factor) {
+  factor = 1.0;
+  switch (d) {
+    case Divergence::kl_target_draft: return sum_terms<Arch>(p, q, n, KlTerm{});
+    case Divergence::kl_draft_target: return sum_terms<Arch>(q, p, n, KlTerm{});
+    case Divergence::js: factor = 0.5; return sum_terms<Arch>(p, q, n, JsTerm{});
+    case Divergence::js_fsd: factor = 0.25; return sum_terms<Arch>(p, q, n, JsFsdTerm{});
+    case Divergence::tv: factor = 0.5; return sum_terms<Arch>(p, q, n, TvTerm{});
+  }
+  TermSum invalid;
+  invalid.ok = false;
+  factor = 0.0;
+  return invalid;
+}
+
+}  // namespace detail
+
 /// D(p, q) of the given kind; q == nullptr is a one-hot draft at x (x in [0, n), else ok = false).
 template <class Arch = DefaultArch>
 Checked<float> row_divergence(Divergence d, const float* p, const float* q, std::int32_t x,
                               std::int32_t n) {
   if (!q) return detail::one_hot_divergence<Arch>(d, p, x, n);
-  switch (d) {
-    case Divergence::kl_target_draft:
-      return detail::scaled(detail::sum_terms<Arch>(p, q, n, detail::KlTerm{}), 1.0);
-    case Divergence::kl_draft_target:
-      return detail::scaled(detail::sum_terms<Arch>(q, p, n, detail::KlTerm{}), 1.0);
-    case Divergence::js:
-      return detail::scaled(detail::sum_terms<Arch>(p, q, n, detail::JsTerm{}), 0.5);
-    case Divergence::js_fsd:
-      return detail::scaled(detail::sum_terms<Arch>(p, q, n, detail::JsFsdTerm{}), 0.25);
-    case Divergence::tv:
-      return detail::scaled(detail::sum_terms<Arch>(p, q, n, detail::TvTerm{}), 0.5);
-  }
-  return {std::numeric_limits<float>::quiet_NaN(), false};  // not a Divergence
+  double factor;
+  const detail::TermSum sum = detail::divergence_sum<Arch>(d, p, q, n, factor);
+  if (!sum.ok) return {std::numeric_limits<float>::quiet_NaN(), false};
+  return detail::scaled(sum, factor);
 }
 
 }  // namespace specverify::cpu

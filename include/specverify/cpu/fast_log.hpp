@@ -22,6 +22,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/inlining.hpp"
 
 namespace specverify::cpu {
@@ -50,39 +51,20 @@ struct LogSplit {
 #endif
 namespace detail {
 
-/// x y + z with one rounding. Not xsimd::fma, which xsimd 8.1 writes as x * y + z for AVX-512:
-/// compilers fuse that at -O2 but not at -O1, which doubles the polynomial's instructions and
-/// breaks the single roundings the error bounds here rely on.
-template <class B>
-SPECVERIFY_ALWAYS_INLINE B fmadd(const B& x, const B& y, const B& z) {
-#if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of<xsimd::avx512f, typename B::arch_type>::value) {
-    if constexpr (std::is_same<typename B::value_type, float>::value) {
-      return _mm512_fmadd_ps(x, y, z);
-    } else {
-      return _mm512_fmadd_pd(x, y, z);
-    }
-  } else
-#endif
-  {
-    return xsimd::fma(x, y, z);
-  }
-}
-
 /// y = log(1 + f) - f for f = m - 1, m in [sqrt(1/2), sqrt(2)): -f^2/2 + f^3 P(f).
 template <class B>
 SPECVERIFY_ALWAYS_INLINE B log1p_rest(const B& f) {
   const B z = f * f;
   B poly(7.0376836292e-2f);
-  poly = detail::fmadd(poly, f, B(-1.1514610310e-1f));
-  poly = detail::fmadd(poly, f, B(1.1676998740e-1f));
-  poly = detail::fmadd(poly, f, B(-1.2420140846e-1f));
-  poly = detail::fmadd(poly, f, B(1.4249322787e-1f));
-  poly = detail::fmadd(poly, f, B(-1.6668057665e-1f));
-  poly = detail::fmadd(poly, f, B(2.0000714765e-1f));
-  poly = detail::fmadd(poly, f, B(-2.4999993993e-1f));
-  poly = detail::fmadd(poly, f, B(3.3333331174e-1f));
-  return detail::fmadd(z * f, poly, B(-0.5f) * z);
+  poly = fused(poly, f, B(-1.1514610310e-1f));
+  poly = fused(poly, f, B(1.1676998740e-1f));
+  poly = fused(poly, f, B(-1.2420140846e-1f));
+  poly = fused(poly, f, B(1.4249322787e-1f));
+  poly = fused(poly, f, B(-1.6668057665e-1f));
+  poly = fused(poly, f, B(2.0000714765e-1f));
+  poly = fused(poly, f, B(-2.4999993993e-1f));
+  poly = fused(poly, f, B(3.3333331174e-1f));
+  return fused(z * f, poly, B(-0.5f) * z);
 }
 
 /// Whether Arch has the AVX-512 instructions used below (getexp, getmant, fpclass); their
@@ -110,7 +92,7 @@ SPECVERIFY_ALWAYS_INLINE LogSplit<Arch> log_split(const xsimd::batch<float, Arch
     const B e(_mm512_getexp_ps(v));
     const B m(_mm512_getmant_ps(v, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero));  // [1, 2)
     const auto halve = m >= B(1.41421354f);  // 2 x the float of bits 0x3f3504f3
-    const B f = xsimd::select(halve, detail::fmadd(m, B(0.5f), B(-1.0f)), m - B(1.0f));  // exact
+    const B f = xsimd::select(halve, fused(m, B(0.5f), B(-1.0f)), m - B(1.0f));  // exact
     return {xsimd::select(halve, e + B(1.0f), e), f, detail::log1p_rest(f)};
   } else
 #endif
@@ -141,7 +123,7 @@ SPECVERIFY_ALWAYS_INLINE LogSplit<Arch> log_split(const xsimd::batch<float, Arch
 /// cancel exactly and the error is that of y_a and y_b plus roundings relative to the result.
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch<float, Arch> log_difference(const LogSplit<Arch>& a, const LogSplit<Arch>& b) {
-  return detail::fmadd(a.k - b.k, xsimd::batch<float, Arch>(kLn2), a.f - b.f) + (a.y - b.y);
+  return fused(a.k - b.k, xsimd::batch<float, Arch>(kLn2), a.f - b.f) + (a.y - b.y);
 }
 
 /// k ln 2 + f + y: the log of a positive normal x from its split (fast_log without the special
@@ -150,7 +132,7 @@ SPECVERIFY_ALWAYS_INLINE xsimd::batch<float, Arch> log_difference(const LogSplit
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch<float, Arch> log_from_split(const LogSplit<Arch>& s) {
   using B = xsimd::batch<float, Arch>;
-  return detail::fmadd(s.k, B(kLn2Hi), s.f + detail::fmadd(s.k, B(kLn2Lo), s.y));
+  return fused(s.k, B(kLn2Hi), s.f + fused(s.k, B(kLn2Lo), s.y));
 }
 
 template <class Arch = xsimd::default_arch>

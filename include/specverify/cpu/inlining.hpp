@@ -8,7 +8,11 @@
 #define SPECVERIFY_ALWAYS_INLINE [[gnu::always_inline]] inline
 /// A kernel: everything it calls (xsimd's operators included) is inlined into it.
 #define SPECVERIFY_FLATTEN [[gnu::flatten]]
+/// A lambda that runs once per vector (the weight functions handed to the draw): inlined, or
+/// each call passes its vector through memory.
+#define SPECVERIFY_LAMBDA_INLINE __attribute__((always_inline))
 #else
 #define SPECVERIFY_ALWAYS_INLINE inline
 #define SPECVERIFY_FLATTEN
+#define SPECVERIFY_LAMBDA_INLINE
 #endif

@@ -4,16 +4,17 @@
 // the residual and target draws, and the Gumbel-max sample of coupled verification.
 //
 // Every weight is core::exp_weight, computed lane by lane with the same float operations (fused
-// multiply-adds included), so a view's value(), its draws and the CUDA backend see the same bits.
+// multiply-adds included), and every sum over the row is a core::FixedSum, so a view's value(),
+// its draws and statistics are the same bits for every SIMD width and for the CUDA backend.
 // Kernels are templates over an xsimd architecture with one generic body, like row_kernels.hpp.
 //
 // Pre-pass cost (the kept set is found without sorting the row):
 //   greedy (T = 0):               one read: max, argmax, validation.
-//   no top_k / top_p / min_p:     one read that also computes the weights block by block against
-//       the running max (see streaming_weights): summed for the normaliser and kept in the scratch
-//       row, so value(), the draws and the statistics read them instead of computing exp again
-//       (those of the blocks before the row's max are recomputed where read).
-//   min_p alone:                  one read, then the weights pass over the cache-hot row.
+//   no top_k / top_p (min_p or not): one read (max, argmax, validation), then the weights pass
+//       over the cache-hot row: every weight computed once, kept in the scratch row for value(),
+//       the draws and the statistics, and summed for the normaliser. The weights need the row's
+//       max first: a normaliser summed against a running max and rescaled as it rises would
+//       depend on where the max lies, which no split of the row could reproduce.
 //   top_k (with or without top_p, min_p): the read also collects candidates into scratch by a
 //       streaming selection with a rising pivot (see scan): about k ln(n / 1024) values beyond
 //       the first 1024; the k-th largest is selected among them (nth_element); top_p and min_p
@@ -37,18 +38,12 @@
 #include "specverify/core/logit_rows.hpp"
 #include "specverify/core/row_math.hpp"
 #include "specverify/cpu/divergence_kernels.hpp"
+#include "specverify/cpu/fixed_lanes.hpp"
+#include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/rule.hpp"
 
 namespace specverify::cpu {
-
-/// The weight functions handed to the draw run once per vector: inlined, or each call passes its
-/// vector through memory.
-#if defined(__GNUC__) || defined(__clang__)
-#define SPECVERIFY_LAMBDA_INLINE __attribute__((always_inline))
-#else
-#define SPECVERIFY_LAMBDA_INLINE
-#endif
 
 using core::LogitRow;
 using core::LogitView;
@@ -64,64 +59,21 @@ using I = xsimd::batch<std::int32_t, Arch>;
 template <class Arch>
 using D = xsimd::batch<double, Arch>;
 
-#if XSIMD_WITH_AVX512F
-template <class Arch>
-inline constexpr bool kAvx512 = std::is_base_of<xsimd::avx512f, Arch>::value;
-#else
-template <class Arch>
-inline constexpr bool kAvx512 = false;
-#endif
-
-template <class Arch>
-inline constexpr bool kFma3 =
-#if XSIMD_WITH_FMA3_AVX2
-    std::is_base_of<xsimd::fma3<xsimd::avx2>, Arch>::value ||
-#endif
-#if XSIMD_WITH_FMA3_AVX
-    std::is_base_of<xsimd::fma3<xsimd::avx>, Arch>::value ||
-#endif
-#if XSIMD_WITH_FMA3_SSE
-    std::is_base_of<xsimd::fma3<xsimd::sse4_2>, Arch>::value ||
-#endif
-    false;
-
-/// a * b + c with one rounding per lane, as core::fused. xsimd 8.1 writes AVX-512's fma as
-/// x * y + z (fused only where the compiler contracts), hence the intrinsic.
-template <class Arch>
-SPECVERIFY_ALWAYS_INLINE F<Arch> fused(const F<Arch>& a, const F<Arch>& b, const F<Arch>& c) {
-#if XSIMD_WITH_AVX512F
-  if constexpr (kAvx512<Arch>) {
-    return F<Arch>(_mm512_fmadd_ps(a, b, c));
-  } else
-#endif
-  if constexpr (kFma3<Arch>) {
-    return xsimd::fma(a, b, c);
-  } else {  // no fused instruction: one rounding per lane all the same
-    constexpr std::size_t W = F<Arch>::size;
-    alignas(64) float x[W], y[W], z[W];
-    a.store_aligned(x);
-    b.store_aligned(y);
-    c.store_aligned(z);
-    for (std::size_t l = 0; l < W; ++l) x[l] = core::fused(x[l], y[l], z[l]);
-    return F<Arch>::load_aligned(x);
-  }
-}
-
 /// core::exp_weight lane by lane: the same operations in the same order.
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE F<Arch> exp_weight(const F<Arch>& a) {
   using B = F<Arch>;
-  const B t = fused<Arch>(a, B(core::kLog2e), B(core::kRoundMagic));
+  const B t = fused(a, B(core::kLog2e), B(core::kRoundMagic));
   const B n = t - B(core::kRoundMagic);
-  B r = fused<Arch>(n, B(-core::kExpLn2Hi), a);
-  r = fused<Arch>(n, B(-core::kExpLn2Lo), r);
+  B r = fused(n, B(-core::kExpLn2Hi), a);
+  r = fused(n, B(-core::kExpLn2Lo), r);
   B poly(core::kExpP0);
-  poly = fused<Arch>(poly, r, B(core::kExpP1));
-  poly = fused<Arch>(poly, r, B(core::kExpP2));
-  poly = fused<Arch>(poly, r, B(core::kExpP3));
-  poly = fused<Arch>(poly, r, B(core::kExpP4));
-  poly = fused<Arch>(poly, r, B(core::kExpP5));
-  const B y = fused<Arch>(poly, r * r, r) + B(1.0f);
+  poly = fused(poly, r, B(core::kExpP1));
+  poly = fused(poly, r, B(core::kExpP2));
+  poly = fused(poly, r, B(core::kExpP3));
+  poly = fused(poly, r, B(core::kExpP4));
+  poly = fused(poly, r, B(core::kExpP5));
+  const B y = fused(poly, r * r, r) + B(1.0f);
   B scaled;
 #if XSIMD_WITH_AVX512F
   if constexpr (kAvx512<Arch>) {
@@ -156,17 +108,11 @@ SPECVERIFY_ALWAYS_INLINE void widen(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) 
   hi = D<Arch>::load_aligned(lanes + D<Arch>::size);
 }
 
+/// Float weights into a FixedLanes sum, as two double vectors.
 template <class Arch>
-SPECVERIFY_ALWAYS_INLINE void widen_add(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
-  D<Arch> a, b;
-  widen<Arch>(v, a, b);
-  lo += a;
-  hi += b;
-}
-
-template <class Arch>
-double lane_total(const D<Arch>& lo, const D<Arch>& hi) {
-  return lane_sum(lo + hi);
+SPECVERIFY_ALWAYS_INLINE void add_weights(FixedLanes<Arch>& sum, const F<Arch>& w) {
+  sum.add(widen_low(w));
+  sum.add(widen_high(w));
 }
 
 /// Lanes of the bitmask word for the W tokens starting at i (i a multiple of W).
@@ -213,7 +159,7 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<float>& row, std::int32_t
   if (row.unconditional) {
     const B u = B::load_unaligned(row.unconditional + i);
     const auto masked = (l == -inf) | (u == -inf);
-    const B guided = fused<Arch>(B(row.guidance_scale), l - u, u);
+    const B guided = fused(B(row.guidance_scale), l - u, u);
     if constexpr (kValidate) {
       ok = ok & !invalid_logit<Arch>(u) & (masked | (xsimd::abs(guided) <= B(core::kFloatMax)));
     }
@@ -240,18 +186,17 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> probs_from_g(const LogitView<float>& view, cons
 inline float probability(const LogitView<float>& view, std::int32_t v) {
   const std::int32_t i = core::row_index(view, v);
   if (i < 0) return 0.0f;
-  return view.weights && i >= view.weights_from ? view.weights[i] * view.inv_norm : core::probability_at(view, i);
+  return view.weights ? view.weights[i] * view.inv_norm : core::probability_at(view, i);
 }
 
 /// p at target ids v .. v + W - 1 (v + W <= the target vocabulary).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<float>& view, std::int32_t v) {
   using B = F<Arch>;
-  if (view.weights && !view.row.target_to_draft && v >= view.weights_from) {
+  if (view.weights && !view.row.target_to_draft) {
     return B::load_unaligned(view.weights + v) * B(view.inv_norm);
   }
-  if (view.row.target_to_draft || view.greedy || (view.weights && v + static_cast<std::int32_t>(B::size) > view.weights_from)) {
-    // gathers, one-hot rows, and the vector across weights_from: element by element
+  if (view.row.target_to_draft || view.greedy) {  // gathers and one-hot rows: element by element
     alignas(64) float lanes[B::size];
     for (std::int32_t l = 0; l < static_cast<std::int32_t>(B::size); ++l) lanes[l] = probability(view, v + l);
     return B::load_aligned(lanes);
@@ -260,21 +205,23 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<float>& view, std::int32_
   return probs_from_g<Arch>(view, load_g<Arch, false>(view.row, v, ok));
 }
 
-/// Sum of w over the candidates c[0..m) that are >= threshold, with the view's max and 1/T.
+/// Sum of w over the candidates c[0..m) that are >= threshold, with the view's max and 1/T: a
+/// FixedSum (weights are at most 1 and m <= 2^21: inside its domain), so the same for any order.
 template <class Arch>
-double candidate_mass(const float* c, std::int32_t m, float threshold, float max, float inv_t) {
+core::FixedSum candidate_sum(const float* c, std::int32_t m, float threshold, float max, float inv_t) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
-  D<Arch> lo(0.0), hi(0.0);
+  FixedLanes<Arch> lanes;
   std::int32_t i = 0;
   for (; i + W <= m; i += W) {
     const B g = B::load_unaligned(c + i);
     const B w = exp_weight<Arch>((g - B(max)) * B(inv_t));
-    widen_add<Arch>(xsimd::select(g >= B(threshold), w, B(0.0f)), lo, hi);
+    add_weights<Arch>(lanes, xsimd::select(g >= B(threshold), w, B(0.0f)));
   }
-  double s = lane_total<Arch>(lo, hi);
+  core::FixedSum s;
+  lanes.flush(s);
   for (; i < m; ++i) {
-    if (c[i] >= threshold) s += core::exp_weight(core::weight_argument(c[i], max, inv_t));
+    if (c[i] >= threshold) s.add(core::exp_weight(core::weight_argument(c[i], max, inv_t)));
   }
   return s;
 }
@@ -371,108 +318,9 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
   return r;
 }
 
-/// Rows that keep every finite value (no top_k, top_p or min_p): the read and the weights in one
-/// pass, so the exps run while the row streams in from memory. Block by block (kBlock values),
-/// weights against the max so far, written to out and summed, while the block's own max is taken;
-/// where the block raises the max (a few blocks of a row: the first, then ~ln(n / kBlock) more
-/// for values in no particular order), its weights again, against the new max, from L1. So block
-/// j is weighed against M_j, the max of the row up to and including it, and M_j only rises:
-/// exactly the blocks before the one where the row's max M first appears were weighed against a
-/// smaller max. Their out[] values are not w, and `weights_from` (that block's start) says where
-/// the exact ones begin; readers compute the others from the logits. The normaliser is the
-/// running sum, rescaled by e^((M_old - M_new) / T) when the max rises: it differs from sum_v w(v)
-/// by those factors' roundings, ~2e-7 |a| for the tokens they scale (a <= M_old - M_new), within
-/// the bound the weights' own errors give.
-inline constexpr std::int32_t kBlock = 2048;
-
-/// Weights of row indices [begin, end) against `max` into out; their sum. With kRead, the first
-/// read of these values: validated into `ok`, their max into block_max.
-template <class Arch, bool kRead>
-double block_weights(const LogitRow<float>& row, std::int32_t begin, std::int32_t end, float max,
-                     float inv_t, float* out, FB<Arch>& ok, float& block_max) {
-  using B = F<Arch>;
-  constexpr std::int32_t W = B::size;
-  const B top(max), scale(inv_t);
-  B m0(-core::kInf), m1(-core::kInf);
-  D<Arch> lo(0.0), hi(0.0);
-  std::int32_t i = begin;
-  for (; i + 2 * W <= end; i += 2 * W) {
-    if constexpr (kRead) {  // the next block's logits come in while these exps run
-      __builtin_prefetch(row.logits + i + 2 * kBlock);
-      __builtin_prefetch(row.logits + i + 2 * kBlock + W);
-    }
-    const B g0 = load_g<Arch, kRead>(row, i, ok), g1 = load_g<Arch, kRead>(row, i + W, ok);
-    if constexpr (kRead) {
-      m0 = lane_max(m0, g0);
-      m1 = lane_max(m1, g1);
-    }
-    const B w0 = exp_weight<Arch>((g0 - top) * scale), w1 = exp_weight<Arch>((g1 - top) * scale);
-    w0.store_unaligned(out + i);
-    w1.store_unaligned(out + i + W);
-    widen_add<Arch>(w0 + w1, lo, hi);
-  }
-  for (; i + W <= end; i += W) {
-    const B g = load_g<Arch, kRead>(row, i, ok);
-    if constexpr (kRead) m0 = lane_max(m0, g);
-    const B w = exp_weight<Arch>((g - top) * scale);
-    w.store_unaligned(out + i);
-    widen_add<Arch>(w, lo, hi);
-  }
-  double s = lane_total<Arch>(lo, hi);
-  if constexpr (kRead) {
-    alignas(64) float lanes[W];
-    lane_max(m0, m1).store_aligned(lanes);
-    block_max = *std::max_element(lanes, lanes + W);
-  }
-  for (; i < end; ++i) {
-    const core::Processed e = core::processed_logit(row, i);
-    if constexpr (kRead) {
-      if (!e.valid) ok = FB<Arch>(false);
-      block_max = std::max(block_max, e.g);
-    }
-    out[i] = core::exp_weight(core::weight_argument(e.g, max, inv_t));
-    s += out[i];
-  }
-  return s;
-}
-
-template <class Arch>
-Scan streaming_weights(const LogitRow<float>& row, float inv_t, float* out, double& norm,
-                       std::int32_t& weights_from) {
-  FB<Arch> ok(true);
-  Scan r;
-  float max = -core::kInf;
-  double total = 0.0;  // the weights so far, against `max`
-  std::int32_t max_block = 0;
-  for (std::int32_t begin = 0; begin < row.n; begin += kBlock) {
-    const std::int32_t end = std::min(row.n, begin + kBlock);
-    float block_max;
-    double s = block_weights<Arch, true>(row, begin, end, max, inv_t, out, ok, block_max);
-    if (block_max > max) {  // weighed against a max too small: again, against the new one
-      if (total > 0.0) total *= core::exp_weight(core::weight_argument(max, block_max, inv_t));
-      max = block_max;
-      max_block = begin;
-      s = block_weights<Arch, false>(row, begin, end, max, inv_t, out, ok, block_max);
-    }
-    if (max > -core::kInf) total += s;
-  }
-  r.ok = xsimd::all(ok);
-  r.max = max;
-  norm = total;
-  weights_from = max_block;
-  if (!r.ok || !(max > -core::kInf)) return r;
-  for (std::int32_t i = max_block;; ++i) {  // the max first appears in its block
-    if (core::processed_logit(row, i).g == max) {
-      r.argmax = i;
-      return r;
-    }
-  }
-}
-
 /// The weights pass over the cache-hot row (after the read found max g): w(i) = exp_weight((g(i) -
-/// max) / T) for the kept tokens, 0 elsewhere, written to out[0..n); their sum is view.norm (pairs
-/// of vectors added in float, then in double lanes: within 2^-24 of the sum in double). Kept: g >=
-/// view.threshold and w >= min_w. min_w > 0 is min_p: w is non-decreasing in g, so that is a value
+/// max) / T) for the kept tokens, 0 elsewhere, written to out[0..n); their sum is view.norm, a
+/// FixedSum (w <= 1: inside its domain for n <= 2^21). Kept: g >= view.threshold and w >= min_w. min_w > 0 is min_p: w is non-decreasing in g, so that is a value
 /// threshold too, and view.threshold becomes the lowest kept g.
 template <class Arch>
 void weights_pass(LogitView<float>& view, float min_w, float* out) {
@@ -484,7 +332,7 @@ void weights_pass(LogitView<float>& view, float min_w, float* out) {
   // Every finite value kept: exp_weight gives masked (-inf) tokens 0 by itself.
   const bool all = view.threshold == -core::kFloatMax && !(min_w > 0.0f);
   FB<Arch> unused(true);
-  D<Arch> lo(0.0), hi(0.0);
+  FixedLanes<Arch> lanes;
   B lowest(core::kInf);
   const auto weights = [&](std::int32_t i) SPECVERIFY_LAMBDA_INLINE {
     const B g = load_g<Arch, false>(row, i, unused);
@@ -499,35 +347,40 @@ void weights_pass(LogitView<float>& view, float min_w, float* out) {
     const B w0 = weights(i), w1 = weights(i + W);
     w0.store_unaligned(out + i);
     w1.store_unaligned(out + i + W);
-    widen_add<Arch>(w0 + w1, lo, hi);
+    add_weights<Arch>(lanes, w0);
+    add_weights<Arch>(lanes, w1);
   }
   for (; i + W <= n; i += W) {
     const B w = weights(i);
     w.store_unaligned(out + i);
-    widen_add<Arch>(w, lo, hi);
+    add_weights<Arch>(lanes, w);
   }
-  double s = lane_total<Arch>(lo, hi);
-  alignas(64) float lanes[W];
-  lowest.store_aligned(lanes);
-  float low = *std::min_element(lanes, lanes + W);
+  core::FixedSum s;
+  lanes.flush(s);
+  alignas(64) float low_lanes[W];
+  lowest.store_aligned(low_lanes);
+  float low = *std::min_element(low_lanes, low_lanes + W);
   for (; i < n; ++i) {
     const float g = core::processed_logit(row, i).g;
     const float w = core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
     const bool kept = g >= view.threshold && w >= min_w;
     out[i] = kept ? w : 0.0f;
-    s += out[i];
+    s.add(out[i]);
     if (kept) low = std::min(low, g);
   }
   if (min_w > 0.0f) view.threshold = low;
-  view.norm = s;
+  view.norm = s.value();
 }
 
 /// top_p on candidates c[0..m) (every token still kept, in any order; reordered here): the
 /// largest value t such that the candidates >= t hold mass >= top_p of the candidates' mass.
+/// Every mass compared is the FixedSum of a set of candidates ({g >= t} or {g > t}), never a
+/// running difference, so t depends on the candidates' values alone, not on their order.
 template <class Arch>
 float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float top_p) {
   const auto w = [&](float g) { return core::exp_weight(core::weight_argument(g, max, inv_t)); };
-  double need = double(top_p) * candidate_mass<Arch>(c, m, -core::kFloatMax, max, inv_t);
+  const double need = double(top_p) * candidate_sum<Arch>(c, m, -core::kFloatMax, max, inv_t).value();
+  core::FixedSum higher;  // the mass of the candidates above c[lo, hi)
   std::int32_t lo = 0, hi = m;
   constexpr std::int32_t kSortBelow = 2048;
   if (m > kSortBelow && inv_t > 0.0f) {
@@ -535,7 +388,7 @@ float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float to
     // already hold the mass, continue among those alone (moved to the front: c stays a
     // permutation, so the caller's later passes over c[0..m) see every candidate once).
     const float head = max - 8.0f / inv_t;
-    if (candidate_mass<Arch>(c, m, head, max, inv_t) >= need) {
+    if (candidate_sum<Arch>(c, m, head, max, inv_t).value() >= need) {
       hi = static_cast<std::int32_t>(std::partition(c, c + m, [&](float g) { return g >= head; }) - c);
     }
   }
@@ -548,24 +401,25 @@ float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float to
     float* const equal_end = std::partition(above_end, c + hi, [&](float g) { return g == pivot; });
     const auto above = static_cast<std::int32_t>(above_end - c);
     const auto equal = static_cast<std::int32_t>(equal_end - c);
-    const double mass_above = candidate_mass<Arch>(c + lo, above - lo, -core::kFloatMax, max, inv_t);
-    const double mass_equal = double(equal - above) * w(pivot);
-    if (mass_above >= need) {
+    core::FixedSum over = higher;  // the mass of {g > pivot}
+    over.merge(candidate_sum<Arch>(c + lo, above - lo, -core::kFloatMax, max, inv_t));
+    if (over.value() >= need) {
       hi = above;
-    } else if (mass_above + mass_equal >= need) {
-      return pivot;
-    } else {
-      need -= mass_above + mass_equal;
-      lo = equal;
+      continue;
     }
+    core::FixedSum through = over;  // the mass of {g >= pivot}
+    through.add_repeated(w(pivot), equal - above);
+    if (through.value() >= need) return pivot;
+    higher = through;
+    lo = equal;
   }
   std::sort(c + lo, c + hi, std::greater<float>());
-  double mass = 0;
+  core::FixedSum mass = higher;
   for (std::int32_t i = lo; i < hi; ++i) {
-    mass += w(c[i]);
-    if (mass >= need && (i + 1 == hi || c[i + 1] != c[i])) return c[i];
+    mass.add(w(c[i]));
+    if (mass.value() >= need && (i + 1 == hi || c[i + 1] != c[i])) return c[i];
   }
-  return hi > lo ? c[hi - 1] : c[lo > 0 ? lo - 1 : 0];  // rounding left `need` just out of reach
+  return hi > lo ? c[hi - 1] : c[lo > 0 ? lo - 1 : 0];  // unreachable: need <= the total mass
 }
 
 /// min_p on candidates c[0..m) that are >= view.threshold: raises the threshold to the lowest
@@ -631,16 +485,6 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   const bool top_k = !view.greedy && params.top_k > 0 && params.top_k < row.n;
   const bool top_p = !view.greedy && params.top_p < 1.0f;
   const bool collect = top_k || top_p;
-  if (!view.greedy && !collect && !(params.min_p > 0.0f)) {  // every finite value kept: one pass
-    const d::Scan s = d::streaming_weights<Arch>(row, view.inv_temperature, scratch, view.norm, view.weights_from);
-    view.ok = s.ok;
-    view.max = s.max;
-    view.argmax = s.argmax;
-    if (!s.ok || !view.has_mass()) return view;
-    view.weights = scratch;
-    view.inv_norm = static_cast<float>(1.0 / view.norm);
-    return view;
-  }
   const d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
   view.ok = s.ok;
   view.max = s.max;
@@ -656,7 +500,7 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
     view.weights = scratch;
     view.inv_norm = static_cast<float>(1.0 / view.norm);
   };
-  if (!collect) {  // min_p alone
+  if (!collect) {  // T, and min_p alone
     keep_weights(params.min_p);
     return view;
   }
@@ -676,7 +520,7 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
     keep_weights(0.0f);  // the candidates are done with: scratch takes the weights
     return view;
   }
-  view.norm = d::candidate_mass<Arch>(scratch, m, view.threshold, view.max, view.inv_temperature);
+  view.norm = d::candidate_sum<Arch>(scratch, m, view.threshold, view.max, view.inv_temperature).value();
   view.inv_norm = static_cast<float>(1.0 / view.norm);
   d::list_kept<Arch>(view);
   return view;
@@ -708,13 +552,11 @@ struct LogitRows {
       for (std::int32_t k = 0; k < p.listed; ++k) h += core::entropy_term(value(p, p.kept[k]));
       return {static_cast<float>(h), p.ok};
     }
-    bool ok = p.ok;
+    detail::TermSum sum;  // chunks of p <= 1: each summed at scale 1, so they merge exactly
     for_chunks(p, nullptr, [&](const float* pc, const float*, std::int32_t len) {
-      const Checked<float> c = row_entropy<Arch>(pc, len);
-      h += c.value;
-      ok = ok && c.ok;
+      sum.merge(detail::sum_terms<Arch>(pc, nullptr, len, detail::EntropyTerm{}));
     });
-    return {static_cast<float>(h), ok};
+    return {static_cast<float>(sum.value()), p.ok && sum.ok};
   }
 
   /// D(p, q); q == nullptr is one-hot at x.
@@ -725,14 +567,13 @@ struct LogitRows {
       const double off = rest > 0.0 ? rest * core::divergence_term(d, 1.0, 0.0) : 0.0;
       return {static_cast<float>(off + core::divergence_term(d, a, 1.0)), p.ok};
     }
-    double total = 0.0;
-    bool ok = p.ok && q->ok;
+    detail::TermSum sum;  // chunks of p, q <= 1: each summed at scale 1, so they merge exactly
+    double factor = 1.0;
     for_chunks(p, q, [&](const float* pc, const float* qc, std::int32_t len) {
-      const Checked<float> c = row_divergence<Arch>(d, pc, qc, -1, len);
-      total += c.value;
-      ok = ok && c.ok;
+      sum.merge(detail::divergence_sum<Arch>(d, pc, qc, len, factor));
     });
-    return {static_cast<float>(total), ok};
+    if (!sum.ok) return {std::numeric_limits<float>::quiet_NaN(), false};
+    return {static_cast<float>(factor * sum.value()), p.ok && q->ok};
   }
 
   /// From max(p - q, 0) (q == nullptr: one-hot at x), in float lanes; -1 when it has no mass.
@@ -747,47 +588,30 @@ struct LogitRows {
       const float qa = q ? value(*q, p.argmax) : (p.argmax == x ? 1.0f : 0.0f);
       return {1.0f - qa > 0.0f ? p.argmax : -1, true};
     }
-    if (p.listed >= 0 && !p.row.target_to_draft) {  // the residual is 0 off p's kept tokens
-      return draw_listed(p, [&](std::int32_t v) {
-        return q ? std::max(value(p, v) - value(*q, v), 0.0f) : (v == x ? 0.0f : value(p, v));
-      }, u);
-    }
-    using B = logits_detail::F<Arch>;
-    if (dense(p) && (!q || dense(*q))) {  // both rows' weights in scratch: the draw mostly reads them
-      const auto pv = [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return kept_probs(p, v); };
-      if (!q) return draw_weights(pv, [&](std::int32_t v) { return v == x ? 0.0f : value(p, v); }, x, u);
-      return draw_weights(
-          [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return lane_max(pv(v) - kept_probs(*q, v), B(0.0f)); },
-          [&](std::int32_t v) { return std::max(value(p, v) - value(*q, v), 0.0f); }, -1, u);
-    }
+    const auto one = [&](std::int32_t v) {
+      return core::residual_weight(value(p, v), q ? value(*q, v) : (v == x ? 1.0 : 0.0));
+    };
+    if (p.listed >= 0 && !p.row.target_to_draft) return draw_listed(p, one, u);  // 0 off p's kept tokens
     if (!q) {
-      return draw_weights(
-          [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
-          [&](std::int32_t v) { return v == x ? 0.0f : value(p, v); }, x, u);
+      if (dense(p)) return draw_lanes([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return kept_probs(p, v); }, nullptr, one, x, u);
+      return draw_lanes([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); }, nullptr, one, x, u);
     }
-    return draw_weights(
-        [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE {
-          using B = logits_detail::F<Arch>;
-          const B pv = logits_detail::probs<Arch>(p, v);
-          if (!xsimd::any(pv > B(0.0f))) return B(0.0f);  // max(0 - q, 0): q not read
-          return lane_max(pv - logits_detail::probs<Arch>(*q, v), B(0.0f));
-        },
-        [&](std::int32_t v) { return std::max(value(p, v) - value(*q, v), 0.0f); }, -1, u);
+    if (dense(p) && dense(*q)) {  // both rows' weights in scratch: the draw mostly reads them
+      return draw_lanes([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return kept_probs(p, v); },
+                        [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return kept_probs(*q, v); }, one, -1, u);
+    }
+    return draw_lanes([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
+                      [&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(*q, v); }, one, -1, u);
   }
 
   Checked<std::int32_t> draw_target(const View& p, float u) const {
     if (!p.ok) return {-1, false};
     if (!p.has_mass()) return {-1, true};
     if (p.greedy) return {p.argmax, true};
-    if (p.listed >= 0 && !p.row.target_to_draft) {
-      return draw_listed(p, [&](std::int32_t v) { return value(p, v); }, u);
-    }
-    if (dense(p)) {
-      return draw_weights([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return kept_probs(p, v); },
-                          [&](std::int32_t v) { return value(p, v); }, -1, u);
-    }
-    return draw_weights([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); },
-                        [&](std::int32_t v) { return value(p, v); }, -1, u);
+    const auto one = [&](std::int32_t v) { return double{value(p, v)}; };
+    if (p.listed >= 0 && !p.row.target_to_draft) return draw_listed(p, one, u);
+    if (dense(p)) return draw_lanes([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return kept_probs(p, v); }, nullptr, one, -1, u);
+    return draw_lanes([&](std::int32_t v) SPECVERIFY_LAMBDA_INLINE { return logits_detail::probs<Arch>(p, v); }, nullptr, one, -1, u);
   }
 
   /// Coupled sampling: argmax over kept tokens of (g - max)/T + Gumbel(seed, position, v), lowest
@@ -798,13 +622,10 @@ struct LogitRows {
   /// Whether the view's weights are in scratch, indexed by target id.
   static bool dense(const View& v) { return v.weights && !v.row.target_to_draft; }
 
-  /// p at v .. v + W - 1 of a dense view: its weights, or before weights_from (a multiple of
-  /// kBlock, so of W) computed from the logits.
+  /// p at v .. v + W - 1 of a dense view: its weights times 1 / norm.
   SPECVERIFY_ALWAYS_INLINE static logits_detail::F<Arch> kept_probs(const View& view, std::int32_t v) {
     using B = logits_detail::F<Arch>;
-    if (v >= view.weights_from) return B::load_unaligned(view.weights + v) * B(view.inv_norm);
-    logits_detail::FB<Arch> unused(true);
-    return logits_detail::probs_from_g<Arch>(view, logits_detail::load_g<Arch, false>(view.row, v, unused));
+    return B::load_unaligned(view.weights + v) * B(view.inv_norm);
   }
 
   /// The target id of a reduced draft row's index; -1 for none (row_index -1: a row without mass).
@@ -837,97 +658,55 @@ struct LogitRows {
     }
   }
 
-  /// The library's draw over float weights: the smallest i with w_0 + ... + w_i > u * sum(w),
-  /// chunk sums in double lanes, then an ordered rescan of the chunk holding the crossing (as
-  /// cpu::draw). `vec(v)` gives W weights from v, `one(v)` the same weight alone (bit-identical),
-  /// `skip` an index whose weight the vector pass must not count (one-hot residual; -1: none).
-  template <class Vec, class One>
-  Checked<std::int32_t> draw_weights(Vec vec, One one, std::int32_t skip, float u) const {
+  /// The library's draw (cpu/draw.hpp) over p's lanes `pv` (w = p), or with `qv`, over
+  /// max(p - q, 0) taken in double (as cpu::Weights, so probability rows holding these values
+  /// draw the same token). `one(v)` is element v's weight alone; `patched` an element whose lane
+  /// takes one(patched) (the one-hot residual's rejected draft; -1: none).
+  template <class PVec, class QVec, class One>
+  Checked<std::int32_t> draw_lanes(PVec pv, QVec qv, One one, std::int32_t patched, float u) const {
     using B = logits_detail::F<Arch>;
     using Dv = logits_detail::D<Arch>;
-    constexpr std::int32_t W = B::size;
-    const std::int32_t chunk = chunk_length(n);
-    double sums[kMaxChunks];
-    double total = 0.0;
-    std::int32_t chunks = 0;
-    for (std::int32_t begin = 0; begin < n; begin += chunk, ++chunks) {
-      const std::int32_t end = n - begin > chunk ? begin + chunk : n;
-      Dv lo(0.0), hi(0.0);
-      std::int32_t i = begin;
-      for (; i + 2 * W <= end; i += 2 * W) {  // pairs of vectors: one float add, then widen
-        const B w = vec(i) + vec(i + W);
-        if (xsimd::any(w != B(0.0f))) logits_detail::widen_add<Arch>(w, lo, hi);
+    constexpr std::int32_t WF = B::size;
+    const auto vec = [&](std::int32_t v, Dv& lo, Dv& hi) SPECVERIFY_LAMBDA_INLINE {
+      const B p = pv(v);
+      if constexpr (std::is_same<QVec, std::nullptr_t>::value) {
+        lo = widen_low(p);
+        hi = widen_high(p);
+      } else if (!xsimd::any(p > B(0.0f))) {  // max(0 - q, 0): q not read
+        lo = hi = Dv(0.0);
+      } else {
+        const B q = qv(v);
+        lo = lane_max(widen_low(p) - widen_low(q), Dv(0.0));
+        hi = lane_max(widen_high(p) - widen_high(q), Dv(0.0));
       }
-      for (; i + W <= end; i += W) logits_detail::widen_add<Arch>(vec(i), lo, hi);
-      double s = logits_detail::lane_total<Arch>(lo, hi);
-      for (; i < end; ++i) s += one(i);
-      if (skip >= begin && skip < end) s = std::max(0.0, s - double(value_for_skip(vec, skip)));
-      sums[chunks] = s;
-      total += s;
-    }
-    if (!(total > 0.0)) return {-1, true};
-    const double threshold = static_cast<double>(u) * total;
-    double before = 0.0;
-    std::int32_t c = 0;
-    while (c + 1 < chunks && !(before + sums[c] > threshold)) before += sums[c++];
-    const std::int32_t begin = c * chunk, end = std::min(n, begin + chunk);
-    std::int32_t last_positive = -1;
-    // The ordered rescan, on weights computed a vector at a time (the same bits as one(i)).
-    alignas(64) float block[W];
-    for (std::int32_t i = begin; i < end; i += W) {
-      const bool full = i + W <= end && (skip < i || skip >= i + W);
-      if (full) {
-        const B w = vec(i);
-        if (!xsimd::any(w > B(0.0f))) continue;
-        w.store_aligned(block);
+      if (static_cast<std::uint32_t>(patched - v) < static_cast<std::uint32_t>(WF)) {
+        alignas(64) double lanes[WF];
+        lo.store_aligned(lanes);
+        hi.store_aligned(lanes + Dv::size);
+        lanes[patched - v] = one(patched);
+        lo = Dv::load_aligned(lanes);
+        hi = Dv::load_aligned(lanes + Dv::size);
       }
-      for (std::int32_t l = 0; l < W && i + l < end; ++l) {
-        const double wi = full ? block[l] : one(i + l);
-        if (wi > 0.0) {
-          before += wi;
-          last_positive = i + l;
-          if (before > threshold) return {i + l, true};
-        }
-      }
-    }
-    // As cpu::draw: lane sums and the ordered rescan round apart in the last bits.
-    for (std::int32_t i = begin - 1; last_positive < 0 && i >= 0; --i) {
-      if (one(i) > 0.0f) last_positive = i;
-    }
-    return {last_positive, true};
+    };
+    return cpu::draw<Arch>(vec, one, [] { return true; }, n, u);  // the views were validated
   }
 
   /// The draw over a listed view's kept tokens, whose weights `one` gives (0 elsewhere): the same
-  /// definition, with the sum taken in index order.
+  /// sums as the dense draw, so the same token.
   template <class One>
   Checked<std::int32_t> draw_listed(const View& p, One one, float u) const {
-    double total = 0.0;
-    for (std::int32_t k = 0; k < p.listed; ++k) total += one(p.kept[k]);
-    if (!(total > 0.0)) return {-1, true};
-    const double threshold = static_cast<double>(u) * total;
-    double before = 0.0;
-    std::int32_t last_positive = -1;
+    core::FixedSum total;
+    for (std::int32_t k = 0; k < p.listed; ++k) total.add(one(p.kept[k]));
+    if (!total.positive()) return {-1, true};
+    const double threshold = static_cast<double>(u) * total.value();
+    core::FixedSum before;
     for (std::int32_t k = 0; k < p.listed; ++k) {
       const double w = one(p.kept[k]);
-      if (w > 0.0) {
-        before += w;
-        last_positive = p.kept[k];
-        if (before > threshold) return {last_positive, true};
-      }
+      if (!(w > 0.0)) continue;
+      before.add(w);
+      if (before.value() > threshold) return {p.kept[k], true};
     }
-    return {last_positive, true};  // u * total rounded above the ordered sum
-  }
-
-  /// The weight the vector pass counted at `skip` (its lane of the vector holding it).
-  template <class Vec>
-  float value_for_skip(Vec vec, std::int32_t skip) const {
-    using B = logits_detail::F<Arch>;
-    constexpr std::int32_t W = B::size;
-    const std::int32_t start = skip / W * W;
-    if (start + W > n) return 0.0f;  // in the scalar tail, which never counted it
-    alignas(64) float lanes[W];
-    vec(start).store_aligned(lanes);
-    return lanes[skip - start];
+    return {-1, true};  // unreachable: the prefix reaches the total
   }
 };
 

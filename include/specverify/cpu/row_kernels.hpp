@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "specverify/core/row_math.hpp"
+#include "specverify/cpu/draw.hpp"
 #include "specverify/cpu/inlining.hpp"
 
 namespace specverify::cpu {
@@ -103,13 +104,6 @@ SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_high(const xsimd::batc
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-
-/// A row pass's result: the value, and whether every element read was a valid probability.
-template <class T>
-struct Checked {
-  T value{};
-  bool ok = true;
-};
 
 // Lane-wise unsigned max. xsimd::max, because xsimd 8.1's integer select does not compile on
 // AVX-512BW at -O0; and g++ 12 reports a false -Wmaybe-uninitialized inside the AVX-512
@@ -233,85 +227,49 @@ inline double lane_sum(const xsimd::batch<double, Arch>& v) {
   return s;
 }
 
-/// Inverse-CDF draw: the smallest i with w_0 + ... + w_i > u * sum(w), u in [0, 1).
-/// One pass sums the weights per chunk; the chunk holding the crossing is then
-/// rescanned in order. Rows are read as floats and summed in double lanes, so the chunk sums and
-/// the ordered rescan agree to ~1e-16: float sums would move u * sum(w) by ~1e-7 of the mass,
-/// enough to shift a draw near the end of a heavy-tailed row. Returns -1 when sum(w) == 0 (the
-/// caller decides what that means); any index returned has w_i > 0, so it is in [0, n).
+/// Inverse-CDF draw (cpu/draw.hpp) from the weights `w`, computed in double, where p - q of two
+/// floats is (nearly always) exact. Returns -1 when sum(w) == 0 (the caller decides what that
+/// means); any index returned has w_i > 0, so it is in [0, n).
 template <class Arch = DefaultArch>
 SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
   using F = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
-  constexpr std::int32_t WF = F::size, W = D::size;
-  static_assert(WF == 2 * W, "a float vector widens into two double vectors");
-  const std::int32_t chunk = chunk_length(w.n);
-  double sums[kMaxChunks];
-  double total = 0.0;
+  constexpr std::int32_t WF = F::size;
+  static_assert(WF == 2 * D::size, "a float vector widens into two double vectors");
   BitsMax<Arch> check;  // the bits of p | q: at or above +inf's when a value may be invalid
-  bool ok_tail = true;
   const D zero(0.0);
-  std::int32_t chunks = 0;
-  for (std::int32_t begin = 0; begin < w.n; begin += chunk, ++chunks) {
-    const std::int32_t end = w.n - begin > chunk ? begin + chunk : w.n;
-    // Per float vector: validate in float lanes, sum in two double accumulators (one per half,
-    // which also breaks the add-latency chain).
-    D lo(0.0), hi(0.0);
-    std::int32_t i = begin;
+  const auto vec = [&](std::int32_t i, D& lo, D& hi) SPECVERIFY_LAMBDA_INLINE {
+    const F p = F::load_unaligned(w.p + i);
     if (w.q) {
-      for (; i + WF <= end; i += WF) {
-        const F p = F::load_unaligned(w.p + i), q = F::load_unaligned(w.q + i);
-        check.add(p | q);
-        lo += lane_max(widen_low(p) - widen_low(q), zero);
-        hi += lane_max(widen_high(p) - widen_high(q), zero);
-      }
+      const F q = F::load_unaligned(w.q + i);
+      check.add(p | q);
+      lo = lane_max(widen_low(p) - widen_low(q), zero);
+      hi = lane_max(widen_high(p) - widen_high(q), zero);
     } else {
-      for (; i + WF <= end; i += WF) {
-        const F p = F::load_unaligned(w.p + i);
-        check.add(p);
-        lo += widen_low(p);
-        hi += widen_high(p);
-      }
+      check.add(p);
+      lo = widen_low(p);
+      hi = widen_high(p);
     }
-    D acc = lo + hi;
-    double s = lane_sum(acc);
-    for (; i < end; ++i) {
-      ok_tail = ok_tail && w.valid(i);
-      s += w.base(i);
+    if (static_cast<std::uint32_t>(w.x - i) < static_cast<std::uint32_t>(WF)) {  // one-hot residual: w_x
+      alignas(64) double lanes[WF];
+      lo.store_aligned(lanes);
+      hi.store_aligned(lanes + D::size);
+      lanes[w.x - i] = w.at(w.x);
+      lo = D::load_aligned(lanes);
+      hi = D::load_aligned(lanes + D::size);
     }
-    if (w.x >= begin && w.x < end && valid_probability(w.p[w.x])) {
-      s += w.at(w.x) - w.p[w.x];  // one-hot residual: w_x replaces p_x
-      s = std::max(s, 0.0);
-    }
-    sums[chunks] = s;
-    total += s;
-  }
+  };
+  const auto one = [&](std::int32_t i) { return w.at(i); };
   // OR-ed bits reach +inf's only if a value is negative, inf or NaN (or, for unnormalised rows,
-  // two values above 1 combine so): the exact scalar check then decides.
-  if (!ok_tail || (check.value() >= BitsMax<Arch>::kInfBits && !all_valid(w))) return {-1, false};
-  if (!(total > 0.0)) return {-1, true};
-
-  const double threshold = static_cast<double>(u) * total;
-  double before = 0.0;
-  std::int32_t c = 0;
-  while (c + 1 < chunks && !(before + sums[c] > threshold)) before += sums[c++];
-  const std::int32_t begin = c * chunk, end = std::min(w.n, begin + chunk);
-  std::int32_t last_positive = -1;
-  for (std::int32_t i = begin; i < end; ++i) {
-    const double wi = w.at(i);
-    if (wi > 0.0) {
-      before += wi;
-      last_positive = i;
-      if (before > threshold) return {i, true};
+  // two values above 1 combine so): the exact scalar check then decides. The scalar tail (the
+  // last n % WF elements) is checked alone.
+  const auto valid = [&] {
+    for (std::int32_t i = w.n - w.n % WF; i < w.n; ++i) {
+      if (!w.valid(i)) return false;
     }
-  }
-  // The lane sums and this ordered rescan round differently in the last bits; at that edge the crossing
-  // lies at the chunk's last positive weight. A chunk chosen with zero mass cannot happen unless
-  // rounding made every later chunk empty too, so search back for the last positive weight.
-  for (std::int32_t i = begin - 1; last_positive < 0 && i >= 0; --i) {
-    if (w.at(i) > 0.0) last_positive = i;
-  }
-  return {last_positive, true};
+    return check.value() < BitsMax<Arch>::kInfBits || all_valid(w);
+  };
+  return cpu::draw<Arch>(vec, one, valid, w.n, u);
 }
 
 }  // namespace specverify::cpu

@@ -1,19 +1,23 @@
 // CPU row work for a residual no sibling has changed yet (core::Residual::plain()): the mass and
 // the draw of max(s p - q, 0), with s = Residual::p_scale (block verification's p_tau; 1 for a
-// tree node's first sibling) and q one-hot on x where there is no draft row. Vectorised like
-// cpu::draw: weights summed in double lanes per chunk, the crossing chunk rescanned in order.
+// tree node's first sibling) and q one-hot on x where there is no draft row. The draw is
+// cpu/draw.hpp's and the mass the same FixedSum, so both are the same for every SIMD width.
 #pragma once
 
 #include <xsimd/xsimd.hpp>
 
 #include <cstdint>
 
+#include "specverify/core/fixed_sum.hpp"
 #include "specverify/core/row_math.hpp"
+#include "specverify/cpu/draw.hpp"
+#include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 
 namespace specverify::cpu {
 
-/// Weights max(s p - q, 0); no q is the one-hot draft e_x.
+/// Weights max(s p - q, 0) (core::scaled_residual_weight, one rounding); no q is the one-hot
+/// draft e_x.
 struct ScaledResidual {
   const float* p{};
   const float* q{};
@@ -22,113 +26,85 @@ struct ScaledResidual {
   std::int32_t n = 0;
 
   double at(std::int32_t i) const {
-    const double sp = s * p[i];
-    if (q) return core::residual_weight(sp, q[i]);
-    return i == x ? core::residual_weight(sp, 1.0) : sp;
+    if (q) return core::scaled_residual_weight(s, p[i], q[i]);
+    return i == x ? core::scaled_residual_weight(s, p[i], 1.0) : s * p[i];
   }
   bool valid(std::int32_t i) const { return valid_probability(p[i]) && (!q || valid_probability(q[i])); }
 };
 
 namespace detail {
 
-/// Sum of the weights in [begin, end); the bits of every vector read go into `check` and the
-/// tail's validity into `ok_tail` (the caller decides validity once, after all chunks).
+/// cpu::draw's functors over a ScaledResidual: the weights of 2W elements as double vectors (the
+/// same bits as at()), the bits of every value read into `check`.
 template <class Arch>
-double scaled_chunk_sum(const ScaledResidual& w, std::int32_t begin, std::int32_t end, BitsMax<Arch>& check,
-                        bool& ok_tail) {
+struct ScaledResidualLanes {
   using F = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
-  constexpr std::int32_t WF = F::size, W = D::size;
-  const D zero(0.0), s(w.s);
-  D lo(0.0), hi(0.0);
-  std::int32_t i = begin;
-  if (w.q) {
-    for (; i + WF <= end; i += WF) {
-      check.add(F::load_unaligned(w.p + i) | F::load_unaligned(w.q + i));
-      lo += lane_max(s * D::load_unaligned(w.p + i) - D::load_unaligned(w.q + i), zero);
-      hi += lane_max(s * D::load_unaligned(w.p + i + W) - D::load_unaligned(w.q + i + W), zero);
+  static constexpr std::int32_t WF = F::size;
+
+  const ScaledResidual& w;
+  BitsMax<Arch> check;
+
+  SPECVERIFY_ALWAYS_INLINE void operator()(std::int32_t i, D& lo, D& hi) {
+    const D s(w.s), zero(0.0);
+    const F p = F::load_unaligned(w.p + i);
+    if (w.q) {
+      const F q = F::load_unaligned(w.q + i);
+      check.add(p | q);
+      lo = lane_max(fused(s, widen_low(p), -widen_low(q)), zero);
+      hi = lane_max(fused(s, widen_high(p), -widen_high(q)), zero);
+      return;
     }
-  } else {
-    for (; i + WF <= end; i += WF) {
-      check.add(F::load_unaligned(w.p + i));
-      lo += s * D::load_unaligned(w.p + i);
-      hi += s * D::load_unaligned(w.p + i + W);
+    check.add(p);
+    lo = s * widen_low(p);
+    hi = s * widen_high(p);
+    if (static_cast<std::uint32_t>(w.x - i) < static_cast<std::uint32_t>(WF)) {  // one-hot: w_x
+      alignas(64) double lanes[WF];
+      lo.store_aligned(lanes);
+      hi.store_aligned(lanes + D::size);
+      lanes[w.x - i] = w.at(w.x);
+      lo = D::load_aligned(lanes);
+      hi = D::load_aligned(lanes + D::size);
     }
   }
-  const std::int32_t body_end = i;
-  double sum = lane_sum(lo + hi);
-  for (; i < end; ++i) {
-    ok_tail = ok_tail && w.valid(i);
-    sum += w.at(i);
+
+  /// Every value read valid: the vectors' bits, else (or for the scalar tail) value by value.
+  bool valid() const {
+    for (std::int32_t i = w.n - w.n % WF; i < w.n; ++i) {
+      if (!w.valid(i)) return false;
+    }
+    if (check.value() < BitsMax<Arch>::kInfBits) return true;
+    for (std::int32_t i = 0; i < w.n; ++i) {
+      if (!w.valid(i)) return false;
+    }
+    return true;
   }
-  if (!w.q && w.x >= begin && w.x < body_end && valid_probability(w.p[w.x])) {
-    sum += w.at(w.x) - w.s * w.p[w.x];  // the vector body summed s p_x: its weight replaces it
-    sum = sum > 0.0 ? sum : 0.0;
-  }
-  return sum;
-}
+};
 
 }  // namespace detail
 
 /// sum_v max(s p(v) - q(v), 0), and whether every value read is a valid probability.
 template <class Arch = DefaultArch>
 Checked<double> scaled_residual_mass(const ScaledResidual& w) {
-  const std::int32_t chunk = core::chunk_length(w.n);
-  BitsMax<Arch> check;
-  bool ok_tail = true;
-  double total = 0.0;
-  for (std::int32_t begin = 0; begin < w.n; begin += chunk) {
-    total += detail::scaled_chunk_sum<Arch>(w, begin, w.n - begin > chunk ? begin + chunk : w.n, check, ok_tail);
+  detail::ScaledResidualLanes<Arch> lanes{w, {}};
+  const auto one = [&](std::int32_t i) { return w.at(i); };
+  ChunkSums sums;
+  sum_chunks<Arch>(lanes, one, w.n, 1.0, sums);
+  if (!lanes.valid()) return {0.0, false};
+  if (!core::fixed_in_domain(sums.max_term, w.n)) {
+    const double scale = core::fixed_scale(sums.max_term, w.n);
+    sum_chunks<Arch>(lanes, one, w.n, scale, sums);
+    return {sums.total.value() / scale, true};
   }
-  if (!ok_tail || check.value() >= BitsMax<Arch>::kInfBits) {
-    for (std::int32_t i = 0; i < w.n; ++i) {
-      if (!w.valid(i)) return {0.0, false};
-    }
-  }
-  return {total, true};
+  return {sums.total.value(), true};
 }
 
-/// The smallest i with w_0 + ... + w_i > u * sum(w) (cpu::draw's definition and chunking); -1
-/// when there is no mass.
+/// The smallest i with w_0 + ... + w_i > u * sum(w) (cpu::draw); -1 when there is no mass.
 template <class Arch = DefaultArch>
 Checked<std::int32_t> scaled_residual_draw(const ScaledResidual& w, float u) {
-  const std::int32_t chunk = core::chunk_length(w.n);
-  double sums[kMaxChunks];
-  BitsMax<Arch> check;
-  bool ok_tail = true;
-  double total = 0.0;
-  std::int32_t chunks = 0;
-  for (std::int32_t begin = 0; begin < w.n; begin += chunk, ++chunks) {
-    sums[chunks] = detail::scaled_chunk_sum<Arch>(w, begin, w.n - begin > chunk ? begin + chunk : w.n, check, ok_tail);
-    total += sums[chunks];
-  }
-  if (!ok_tail || check.value() >= BitsMax<Arch>::kInfBits) {
-    for (std::int32_t i = 0; i < w.n; ++i) {
-      if (!w.valid(i)) return {-1, false};
-    }
-  }
-  if (!(total > 0.0)) return {-1, true};
-
-  const double threshold = static_cast<double>(u) * total;
-  double before = 0.0;
-  std::int32_t c = 0;
-  while (c + 1 < chunks && !(before + sums[c] > threshold)) before += sums[c++];
-  const std::int32_t begin = c * chunk, end = begin + chunk < w.n ? begin + chunk : w.n;
-  std::int32_t last_positive = -1;
-  for (std::int32_t i = begin; i < end; ++i) {
-    const double wi = w.at(i);
-    if (wi > 0.0) {
-      before += wi;
-      last_positive = i;
-      if (before > threshold) return {i, true};
-    }
-  }
-  // Rounding between the lane sums and this ordered rescan: the crossing is the last positive
-  // weight, in this chunk or before it.
-  for (std::int32_t i = begin - 1; last_positive < 0 && i >= 0; --i) {
-    if (w.at(i) > 0.0) last_positive = i;
-  }
-  return {last_positive, true};
+  detail::ScaledResidualLanes<Arch> lanes{w, {}};
+  return cpu::draw<Arch>([&](std::int32_t i, auto& lo, auto& hi) SPECVERIFY_LAMBDA_INLINE { lanes(i, lo, hi); },
+                         [&](std::int32_t i) { return w.at(i); }, [&] { return lanes.valid(); }, w.n, u);
 }
 
 }  // namespace specverify::cpu

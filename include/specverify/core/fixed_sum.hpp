@@ -1,0 +1,120 @@
+// Sums over the vocabulary that give the same bits in any order (API.md v3, "One answer
+// everywhere"): whatever the SIMD width, the thread or block a slice runs on, or how a row is
+// split, a row's normaliser, masses, a draw's cumulative weights and its statistics are the same.
+//
+// Method: fixed point. Every term t is rounded once, to the nearest multiple of 2^-80 (ties to
+// even), and those multiples are added exactly, as integers: in two 64-bit words, `hi` counting
+// units of 2^-40 and `lo` units of 2^-80. Integer addition is associative, so the sum is a
+// function of the multiset of terms alone, and FixedSums of slices merge bit for bit.
+//   Per term: s = t 2^40 (exact), h = round(s), r = s - h (exact, |r| <= 1/2), l = round(r 2^40);
+//   h 2^40 + l = round(t 2^80), since h 2^40 is an even number of units (ties stay ties to even).
+//   The roundings are double additions of kMagic = 1.5 * 2^52 (t + kMagic - kMagic rounds t to an
+//   integer for |t| < 2^51): two IEEE roundings per term, identical in scalar, SIMD and CUDA code.
+//
+// Domain: |t| < 2^11 per term and |sum| < 2^22 (callers whose values could exceed it scale the
+// terms by a power of two first: fixed_scale). Terms below 2^-81 in magnitude count as 0.
+// Accuracy: each term moves by at most 2^-81, so n terms by at most n 2^-81: for V = 2^20 a sum
+// is within 2^-61 (4.3e-19) absolute of the exact sum of its terms. A draw whose weights total M
+// follows them within V 2^-81 / M in total variation: below 1e-6 for M >= 4.4e-13 at V = 2^20.
+// value() rounds the exact fixed-point sum to double (at most two roundings, a function of the
+// sum alone).
+#pragma once
+
+#include <cstdint>
+
+#include "specverify/config.hpp"
+
+namespace specverify::core {
+
+inline constexpr double kFixedMagic = 6755399441055744.0;  // 1.5 * 2^52
+inline constexpr double kFixedHalfScale = 1099511627776.0;  // 2^40
+inline constexpr double kFixedHalfUnit = 1.0 / kFixedHalfScale;
+inline constexpr std::int64_t kFixedLoMask = (std::int64_t{1} << 40) - 1;
+
+/// round(s) for |s| < 2^51, ties to even, in double arithmetic (s + 1.5 * 2^52 has unit spacing).
+/// No compiler reassociates (s + M) - M without -ffast-math, and contracting a product into the
+/// addition changes nothing here: every product added to kMagic is exact.
+SPECVERIFY_HD inline double round_magic(double s) { return (s + kFixedMagic) - kFixedMagic; }
+
+/// Terms at or above this (after scaling) are outside the domain.
+inline constexpr double kFixedMaxTerm = 1024.0;  // 2^10
+inline constexpr double kFixedMaxSum = 4194304.0;  // 2^22
+
+struct FixedSum {
+  std::int64_t hi = 0;  // units of 2^-40
+  std::int64_t lo = 0;  // units of 2^-80
+  bool exact = true;    // false once a term was NaN, infinite or outside the domain (then not added)
+
+  /// Adds round(t 2^80) 2^-80.
+  SPECVERIFY_HD void add(double t) {
+    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) {
+      exact = false;
+      return;
+    }
+    const double s = t * kFixedHalfScale;
+    const double h = round_magic(s);
+    hi += static_cast<std::int64_t>(h);
+    lo += static_cast<std::int64_t>(round_magic((s - h) * kFixedHalfScale));
+    carry();
+  }
+
+  /// Adds t `times` times: the same words as that many add(t).
+  SPECVERIFY_HD void add_repeated(double t, std::int64_t times) {
+    FixedSum one;
+    one.add(t);
+    exact = exact && one.exact;
+    add_units(one.hi * times, one.lo * times);
+  }
+
+  /// Adds `units` multiples of 2^-40 and 2^-80 (a SIMD lane's or a block's partial sum).
+  SPECVERIFY_HD void add_units(std::int64_t hi_units, std::int64_t lo_units) {
+    hi += hi_units;
+    lo += lo_units;
+    carry();
+  }
+
+  SPECVERIFY_HD void merge(const FixedSum& other) {
+    add_units(other.hi, other.lo);
+    exact = exact && other.exact;
+  }
+
+  /// The canonical form: lo in [0, 2^40), so equal sums have equal words.
+  SPECVERIFY_HD void carry() {
+    hi += lo >> 40;  // arithmetic shift: floor division by 2^40
+    lo &= kFixedLoMask;
+  }
+
+  SPECVERIFY_HD bool positive() const { return hi > 0 || (hi == 0 && lo > 0); }
+
+  SPECVERIFY_HD double value() const {
+    return static_cast<double>(hi) * kFixedHalfUnit + static_cast<double>(lo) * (kFixedHalfUnit * kFixedHalfUnit);
+  }
+
+  SPECVERIFY_HD friend bool operator==(const FixedSum& a, const FixedSum& b) { return a.hi == b.hi && a.lo == b.lo; }
+};
+
+/// Whether n terms of magnitude at most max_term (after scaling) are inside the domain.
+SPECVERIFY_HD inline bool fixed_in_domain(double max_term, std::int64_t n) {
+  return max_term < kFixedMaxTerm && max_term * static_cast<double>(n) < kFixedMaxSum;
+}
+
+/// The power of two by which terms bounded by `max_term`, n of them, are scaled into the domain
+/// (1 for rows of probabilities or weights <= 1 up to n = 2^21). A function of max_term's binade
+/// and n alone, so every worker that knows the row's max picks the same scale.
+SPECVERIFY_HD inline double fixed_scale(double max_term, std::int64_t n) {
+  int log_n = 0;
+  while ((std::int64_t{1} << log_n) < n && log_n < 62) ++log_n;
+  int e = 0;  // max_term < 2^e
+  double bound = 1.0;
+  while (bound <= max_term && e < 1100) {
+    bound *= 2.0;
+    ++e;
+  }
+  int k = e - 10;  // max_term 2^-k < 2^10
+  if (e + log_n - 22 > k) k = e + log_n - 22;
+  double scale = 1.0;
+  for (; k > 0; --k) scale *= 0.5;
+  return scale;
+}
+
+}  // namespace specverify::core

@@ -1,0 +1,127 @@
+// The CPU's one inverse-CDF draw (API.md "Randomness"): the smallest i with
+// w_0 + ... + w_i > u * sum(w), every sum a core::FixedSum, so the token drawn is the same for
+// any SIMD width, and for any split of the row that sums its slices alike.
+//
+// Weights come from the caller as a functor pair over element indices:
+//   vec(i, lo, hi)  the weights of elements i .. i + 2W - 1 as two double vectors (low half, high
+//                   half; W double lanes each), for i + 2W <= n;
+//   one(i)          the weight of element i alone: the same double value as its lane.
+// Weights are nonnegative; the functors validate what they read (the caller asks them afterwards).
+//
+// Passes: one over the row sums each chunk (core::chunk_length elements) into a FixedSum; the
+// chunk holding the crossing is then rescanned element by element from its start. Rows whose
+// weights leave FixedSum's domain (unnormalised rows with values near 2^10 and above) are summed
+// again at the scale core::fixed_scale gives, a power of two chosen from the row's max alone.
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "specverify/core/fixed_sum.hpp"
+#include "specverify/core/row_math.hpp"
+#include "specverify/cpu/fixed_lanes.hpp"
+#include "specverify/cpu/inlining.hpp"
+
+namespace specverify::cpu {
+
+/// A row pass's result: the value, and whether every element read was a valid probability.
+template <class T>
+struct Checked {
+  T value{};
+  bool ok = true;
+};
+
+/// The sums of a row's weights, chunk by chunk, at `scale`.
+struct ChunkSums {
+  core::FixedSum chunk[core::kMaxChunks];
+  core::FixedSum total;
+  std::int32_t chunks = 0;
+  double max_term = 0.0;  // the largest weight (before scaling)
+};
+
+template <class Arch, class Vec, class One>
+SPECVERIFY_ALWAYS_INLINE void sum_chunks(Vec& vec, One& one, std::int32_t n, double scale, ChunkSums& out) {
+  using D = xsimd::batch<double, Arch>;
+  constexpr std::int32_t WF = 2 * static_cast<std::int32_t>(D::size);
+  const std::int32_t chunk = core::chunk_length(n);
+  FixedLanes<Arch> lanes(scale);
+  double tail_max = 0.0;
+  out.total = {};
+  out.chunks = 0;
+  for (std::int32_t begin = 0; begin < n; begin += chunk) {
+    const std::int32_t end = n - begin > chunk ? begin + chunk : n;
+    core::FixedSum s;
+    std::int32_t i = begin;
+    for (; i + WF <= end; i += WF) {
+      D lo, hi;
+      vec(i, lo, hi);
+      lanes.add(lo);
+      lanes.add(hi);
+    }
+    lanes.flush(s);
+    for (; i < end; ++i) {
+      const double w = one(i);
+      tail_max = std::max(tail_max, w);
+      s.add(w * scale);
+    }
+    out.chunk[out.chunks++] = s;
+    out.total.merge(s);
+  }
+  out.max_term = std::max(lanes.max_term(), tail_max);
+}
+
+/// The draw; -1 when the weights have no mass (every weight rounds to 0 at 2^-81), with ok from
+/// `valid()` (the functors' verdict on what they read: nothing but an index in [0, n) or -1 is
+/// returned either way).
+template <class Arch, class Vec, class One, class Valid>
+Checked<std::int32_t> draw(Vec vec, One one, Valid valid, std::int32_t n, float u) {
+  using D = xsimd::batch<double, Arch>;
+  constexpr std::int32_t W = static_cast<std::int32_t>(D::size), WF = 2 * W;
+  ChunkSums sums;
+  double scale = 1.0;
+  sum_chunks<Arch>(vec, one, n, scale, sums);
+  if (!valid()) return {-1, false};
+  if (!core::fixed_in_domain(sums.max_term, n)) {
+    scale = core::fixed_scale(sums.max_term, n);
+    sum_chunks<Arch>(vec, one, n, scale, sums);
+  }
+  if (!sums.total.positive()) return {-1, true};
+  const double threshold = static_cast<double>(u) * sums.total.value();
+  core::FixedSum before;
+  std::int32_t c = 0;
+  for (; c + 1 < sums.chunks; ++c) {
+    core::FixedSum through = before;
+    through.merge(sums.chunk[c]);
+    if (through.value() > threshold) break;
+    before = through;
+  }
+  const std::int32_t chunk = core::chunk_length(n);
+  const std::int32_t begin = c * chunk, end = std::min(n, begin + chunk);
+  // The rescan adds the same rounded terms the chunk's sum did, so it reaches that sum at the
+  // chunk's end, which lies above the threshold: the crossing is inside the chunk.
+  const auto step = [&](double w) {
+    if (!(w > 0.0)) return false;
+    before.add(w * scale);
+    return before.value() > threshold;
+  };
+  std::int32_t i = begin;
+  for (; i + WF <= end; i += WF) {
+    D lo, hi;
+    vec(i, lo, hi);
+    if (!xsimd::any((lo > D(0.0)) | (hi > D(0.0)))) continue;
+    alignas(64) double w[WF];
+    lo.store_aligned(w);
+    hi.store_aligned(w + W);
+    for (std::int32_t l = 0; l < WF; ++l) {
+      if (step(w[l])) return {i + l, true};
+    }
+  }
+  for (; i < end; ++i) {
+    if (step(one(i))) return {i, true};
+  }
+  return {-1, true};  // unreachable for valid weights
+}
+
+}  // namespace specverify::cpu

@@ -1,0 +1,87 @@
+// core::FixedSum lane by lane (xsimd): each double lane rounds its term with the same two IEEE
+// additions as FixedSum::add and adds the rounded parts as 64-bit integers, so a sum taken over
+// vectors of any width (SSE2, AVX2, AVX-512) or split anywhere is FixedSum's, bit for bit.
+//
+// Per double vector: one multiply, four additions, two 64-bit integer additions, and a running
+// max of |t| that tells whether every term was inside FixedSum's domain. The integer lanes
+// accumulate the raw bits of (h + kMagic), which equal the bits of kMagic plus h while |h| < 2^51;
+// flush() subtracts kMagic's bits once per term, in wrapping unsigned arithmetic (the true sum
+// fits: the domain bounds it by 2^62 units).
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstdint>
+#include <cstring>
+
+#include "specverify/core/fixed_sum.hpp"
+#include "specverify/cpu/inlining.hpp"
+
+namespace specverify::cpu {
+
+template <class Arch>
+class FixedLanes {
+ public:
+  using D = xsimd::batch<double, Arch>;
+  using L = xsimd::batch<std::int64_t, Arch>;
+  static constexpr std::int32_t W = D::size;
+
+  /// Terms are multiplied by `scale` (a power of two: exact) before rounding.
+  explicit FixedLanes(double scale = 1.0) : unit_(scale * core::kFixedHalfScale) {}
+
+  SPECVERIFY_ALWAYS_INLINE void add(const D& t) {
+    const D magic(core::kFixedMagic), half(core::kFixedHalfScale);
+    const D s = t * D(unit_);
+    const D a = s + magic;
+    const D h = a - magic;
+    const D b = (s - h) * half + magic;
+    hi_ += xsimd::bitwise_cast<L>(a);
+    lo_ += xsimd::bitwise_cast<L>(b);
+    // NaN lanes fail the compare and leave max_ as it was; nan_ records them for flush(). Not
+    // t != t: xsimd 8.1 compares AVX-512 lanes ordered, so NaN != NaN is false there.
+    const D m = xsimd::abs(t);
+    max_ = xsimd::select(m > max_, m, max_);
+    nan_ = nan_ | !(t == t);
+    ++adds_;
+  }
+
+  /// Adds the lanes' sums to `sum` and starts the sums again (the running max stays). A NaN term
+  /// clears `sum.exact`; whether the terms were inside the domain is the caller's question
+  /// (core::fixed_in_domain over max_term()), asked of the whole row so every split agrees.
+  void flush(core::FixedSum& sum) {
+    alignas(64) std::int64_t hi[W], lo[W];
+    hi_.store_aligned(hi);
+    lo_.store_aligned(lo);
+    std::uint64_t magic_bits;
+    const double magic = core::kFixedMagic;
+    std::memcpy(&magic_bits, &magic, sizeof magic_bits);
+    const std::uint64_t bias = magic_bits * static_cast<std::uint64_t>(adds_);
+    for (std::int32_t l = 0; l < W; ++l) {
+      sum.add_units(static_cast<std::int64_t>(static_cast<std::uint64_t>(hi[l]) - bias),
+                    static_cast<std::int64_t>(static_cast<std::uint64_t>(lo[l]) - bias));
+    }
+    if (xsimd::any(nan_)) sum.exact = false;
+    hi_ = L(std::int64_t{0});
+    lo_ = L(std::int64_t{0});
+    nan_ = xsimd::batch_bool<double, Arch>(false);
+    adds_ = 0;
+  }
+
+  /// The largest |t| added so far (before scaling; NaN lanes aside).
+  double max_term() const {
+    alignas(64) double max[W];
+    max_.store_aligned(max);
+    double largest = 0.0;
+    for (double m : max) largest = m > largest ? m : largest;
+    return largest;
+  }
+
+ private:
+  double unit_;
+  L hi_ = L(std::int64_t{0}), lo_ = L(std::int64_t{0});
+  D max_ = D(0.0);
+  xsimd::batch_bool<double, Arch> nan_ = xsimd::batch_bool<double, Arch>(false);
+  std::int64_t adds_ = 0;
+};
+
+}  // namespace specverify::cpu
