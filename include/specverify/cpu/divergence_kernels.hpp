@@ -298,8 +298,8 @@ SPECVERIFY_FLATTEN TermSum sum_terms_at(const float* p, const float* q, std::int
     const auto inf = t == B(std::numeric_limits<float>::infinity());
     infinite = infinite | inf;
     t = xsimd::select(inf, B(0.0f), t);
-    lanes.add(widen_low(t));
-    lanes.add(widen_high(t));
+    lanes.add_tracked(widen_low(t));
+    lanes.add_tracked(widen_high(t));
   };
   const auto unaligned = [](const float* v) { return B::load_unaligned(v); };
   const auto aligned = [](const float* v) { return B::load_aligned(v); };

@@ -6,7 +6,9 @@
 //   vec(i, lo, hi)  the weights of elements i .. i + 2W - 1 as two double vectors (low half, high
 //                   half; W double lanes each), for i + 2W <= n;
 //   one(i)          the weight of element i alone: the same double value as its lane.
-// Weights are nonnegative; the functors validate what they read (the caller asks them afterwards).
+//   check()         after a pass: whether every value read was valid, and a bound on the weights
+//                   (a function of the row alone: it decides FixedSum's scale).
+// Weights are nonnegative.
 //
 // Passes: one over the row sums each chunk (core::chunk_length elements) into a FixedSum; the
 // chunk holding the crossing is then rescanned element by element from its start. Rows whose
@@ -33,12 +35,22 @@ struct Checked {
   bool ok = true;
 };
 
+/// A bound on probabilities or weights from BitsMax's value (the largest bits read, or an OR of
+/// several rows' bits, which lies at or above each): the float of those bits rounded up to the
+/// next power of two. Valid rows only (bits below +inf's).
+inline double bound_from_bits(std::uint32_t bits) {
+  const int exponent = static_cast<int>(bits >> 23) - 126;  // values < 2^exponent
+  double b = 1.0;
+  for (int e = 0; e < exponent; ++e) b *= 2.0;
+  for (int e = 0; e > exponent; --e) b *= 0.5;
+  return b;
+}
+
 /// The sums of a row's weights, chunk by chunk, at `scale`.
 struct ChunkSums {
   core::FixedSum chunk[core::kMaxChunks];
   core::FixedSum total;
   std::int32_t chunks = 0;
-  double max_term = 0.0;  // the largest weight (before scaling)
 };
 
 template <class Arch, class Vec, class One>
@@ -47,7 +59,6 @@ SPECVERIFY_ALWAYS_INLINE void sum_chunks(Vec& vec, One& one, std::int32_t n, dou
   constexpr std::int32_t WF = 2 * static_cast<std::int32_t>(D::size);
   const std::int32_t chunk = core::chunk_length(n);
   FixedLanes<Arch> lanes(scale);
-  double tail_max = 0.0;
   out.total = {};
   out.chunks = 0;
   for (std::int32_t begin = 0; begin < n; begin += chunk) {
@@ -61,30 +72,25 @@ SPECVERIFY_ALWAYS_INLINE void sum_chunks(Vec& vec, One& one, std::int32_t n, dou
       lanes.add(hi);
     }
     lanes.flush(s);
-    for (; i < end; ++i) {
-      const double w = one(i);
-      tail_max = std::max(tail_max, w);
-      s.add(w * scale);
-    }
+    for (; i < end; ++i) s.add(one(i) * scale);
     out.chunk[out.chunks++] = s;
     out.total.merge(s);
   }
-  out.max_term = std::max(lanes.max_term(), tail_max);
 }
 
 /// The draw; -1 when the weights have no mass (every weight rounds to 0 at 2^-81), with ok from
-/// `valid()` (the functors' verdict on what they read: nothing but an index in [0, n) or -1 is
-/// returned either way).
-template <class Arch, class Vec, class One, class Valid>
-Checked<std::int32_t> draw(Vec vec, One one, Valid valid, std::int32_t n, float u) {
+/// check() (nothing but an index in [0, n) or -1 is returned either way).
+template <class Arch, class Vec, class One, class Check>
+Checked<std::int32_t> draw(Vec vec, One one, Check check, std::int32_t n, float u) {
   using D = xsimd::batch<double, Arch>;
   constexpr std::int32_t W = static_cast<std::int32_t>(D::size), WF = 2 * W;
   ChunkSums sums;
   double scale = 1.0;
   sum_chunks<Arch>(vec, one, n, scale, sums);
-  if (!valid()) return {-1, false};
-  if (!core::fixed_in_domain(sums.max_term, n)) {
-    scale = core::fixed_scale(sums.max_term, n);
+  const Checked<double> bound = check();
+  if (!bound.ok) return {-1, false};
+  if (!core::fixed_in_domain(bound.value, n)) {
+    scale = core::fixed_scale(bound.value, n);
     sum_chunks<Arch>(vec, one, n, scale, sums);
   }
   if (!sums.total.positive()) return {-1, true};

@@ -2,8 +2,8 @@
 // additions as FixedSum::add and adds the rounded parts as 64-bit integers, so a sum taken over
 // vectors of any width (SSE2, AVX2, AVX-512) or split anywhere is FixedSum's, bit for bit.
 //
-// Per double vector: one multiply, four additions, two 64-bit integer additions, and a running
-// max of |t| that tells whether every term was inside FixedSum's domain. The integer lanes
+// Per double vector: two multiplies, four additions and two 64-bit integer additions; add_tracked
+// also keeps a running max of |t|, which tells whether every term was inside FixedSum's domain. The integer lanes
 // accumulate the raw bits of (h + kMagic), which equal the bits of kMagic plus h while |h| < 2^51;
 // flush() subtracts kMagic's bits once per term, in wrapping unsigned arithmetic (the true sum
 // fits: the domain bounds it by 2^62 units).
@@ -37,16 +37,19 @@ class FixedLanes {
     const D b = (s - h) * half + magic;
     hi_ += xsimd::bitwise_cast<L>(a);
     lo_ += xsimd::bitwise_cast<L>(b);
-    // NaN lanes fail the compare and leave max_ as it was; nan_ records them for flush(). Not
-    // t != t: xsimd 8.1 compares AVX-512 lanes ordered, so NaN != NaN is false there.
-    const D m = xsimd::abs(t);
-    max_ = xsimd::select(m > max_, m, max_);
-    nan_ = nan_ | !(t == t);
     ++adds_;
   }
 
-  /// Adds the lanes' sums to `sum` and starts the sums again (the running max stays). A NaN term
-  /// clears `sum.exact`; whether the terms were inside the domain is the caller's question
+  /// add(t), and a running max of |t| (max_term) for callers with no bound on their terms.
+  SPECVERIFY_ALWAYS_INLINE void add_tracked(const D& t) {
+    add(t);
+    const D m = xsimd::abs(t);
+    max_ = xsimd::select(m > max_, m, max_);  // NaN lanes fail the compare: the caller validates
+  }
+
+  /// Adds the lanes' sums to `sum` and starts the sums again (the running max stays). Terms must
+  /// be finite (callers validate what they read: a NaN or infinite term gives a meaningless sum,
+  /// never undefined behaviour); whether they were inside the domain is the caller's question
   /// (core::fixed_in_domain over max_term()), asked of the whole row so every split agrees.
   void flush(core::FixedSum& sum) {
     alignas(64) std::int64_t hi[W], lo[W];
@@ -60,14 +63,12 @@ class FixedLanes {
       sum.add_units(static_cast<std::int64_t>(static_cast<std::uint64_t>(hi[l]) - bias),
                     static_cast<std::int64_t>(static_cast<std::uint64_t>(lo[l]) - bias));
     }
-    if (xsimd::any(nan_)) sum.exact = false;
     hi_ = L(std::int64_t{0});
     lo_ = L(std::int64_t{0});
-    nan_ = xsimd::batch_bool<double, Arch>(false);
     adds_ = 0;
   }
 
-  /// The largest |t| added so far (before scaling; NaN lanes aside).
+  /// The largest |t| add_tracked() saw (before scaling; NaN lanes aside).
   double max_term() const {
     alignas(64) double max[W];
     max_.store_aligned(max);
@@ -80,7 +81,6 @@ class FixedLanes {
   double unit_;
   L hi_ = L(std::int64_t{0}), lo_ = L(std::int64_t{0});
   D max_ = D(0.0);
-  xsimd::batch_bool<double, Arch> nan_ = xsimd::batch_bool<double, Arch>(false);
   std::int64_t adds_ = 0;
 };
 

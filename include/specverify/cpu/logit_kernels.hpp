@@ -688,7 +688,8 @@ struct LogitRows {
         hi = Dv::load_aligned(lanes + Dv::size);
       }
     };
-    return cpu::draw<Arch>(vec, one, [] { return true; }, n, u);  // the views were validated
+    // The views were validated, and p <= 1 (w <= 1, 1 / norm <= 1) bounds every weight.
+    return cpu::draw<Arch>(vec, one, [] { return Checked<double>{1.0, true}; }, n, u);
   }
 
   /// The draw over a listed view's kept tokens, whose weights `one` gives (0 elsewhere): the same

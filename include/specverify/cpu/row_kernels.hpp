@@ -14,6 +14,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "specverify/core/logit_rows.hpp"
 #include "specverify/core/row_math.hpp"
 #include "specverify/cpu/draw.hpp"
 #include "specverify/cpu/inlining.hpp"
@@ -236,17 +237,19 @@ SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
   using D = xsimd::batch<double, Arch>;
   constexpr std::int32_t WF = F::size;
   static_assert(WF == 2 * D::size, "a float vector widens into two double vectors");
-  BitsMax<Arch> check;  // the bits of p | q: at or above +inf's when a value may be invalid
+  BitsMax<Arch> check_bits;  // the bits of p | q: at or above +inf's when a value may be invalid
+  BitsMax<Arch> p_bits;      // the largest p (its bits): a bound on the weights
   const D zero(0.0);
   const auto vec = [&](std::int32_t i, D& lo, D& hi) SPECVERIFY_LAMBDA_INLINE {
     const F p = F::load_unaligned(w.p + i);
     if (w.q) {
       const F q = F::load_unaligned(w.q + i);
-      check.add(p | q);
+      check_bits.add(p | q);
+      p_bits.add(p);
       lo = lane_max(widen_low(p) - widen_low(q), zero);
       hi = lane_max(widen_high(p) - widen_high(q), zero);
     } else {
-      check.add(p);
+      p_bits.add(p);
       lo = widen_low(p);
       hi = widen_high(p);
     }
@@ -261,15 +264,19 @@ SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
   };
   const auto one = [&](std::int32_t i) { return w.at(i); };
   // OR-ed bits reach +inf's only if a value is negative, inf or NaN (or, for unnormalised rows,
-  // two values above 1 combine so): the exact scalar check then decides. The scalar tail (the
-  // last n % WF elements) is checked alone.
-  const auto valid = [&] {
+  // two values above 1 combine so): the exact scalar check then decides. The weights lie below
+  // p, so below the power of two above the largest p over the whole row: a function of the row
+  // alone, whatever part of it the vectors read.
+  const auto check = [&]() -> Checked<double> {
+    std::uint32_t largest = p_bits.value(), screen = w.q ? check_bits.value() : largest;
     for (std::int32_t i = w.n - w.n % WF; i < w.n; ++i) {
-      if (!w.valid(i)) return false;
+      largest = std::max(largest, core::float_bits(w.p[i]));
+      screen = std::max(screen, core::float_bits(w.p[i]) | (w.q ? core::float_bits(w.q[i]) : 0u));
     }
-    return check.value() < BitsMax<Arch>::kInfBits || all_valid(w);
+    if (screen >= BitsMax<Arch>::kInfBits && !all_valid(w)) return {0.0, false};
+    return {bound_from_bits(largest), true};
   };
-  return cpu::draw<Arch>(vec, one, valid, w.n, u);
+  return cpu::draw<Arch>(vec, one, check, w.n, u);
 }
 
 }  // namespace specverify::cpu

@@ -43,7 +43,8 @@ struct ScaledResidualLanes {
   static constexpr std::int32_t WF = F::size;
 
   const ScaledResidual& w;
-  BitsMax<Arch> check;
+  BitsMax<Arch> check;   // the bits of p | q: at or above +inf's when a value may be invalid
+  BitsMax<Arch> p_bits;  // the largest p: a bound on the weights (s <= 1)
 
   SPECVERIFY_ALWAYS_INLINE void operator()(std::int32_t i, D& lo, D& hi) {
     const D s(w.s), zero(0.0);
@@ -51,11 +52,12 @@ struct ScaledResidualLanes {
     if (w.q) {
       const F q = F::load_unaligned(w.q + i);
       check.add(p | q);
+      p_bits.add(p);
       lo = lane_max(fused(s, widen_low(p), -widen_low(q)), zero);
       hi = lane_max(fused(s, widen_high(p), -widen_high(q)), zero);
       return;
     }
-    check.add(p);
+    p_bits.add(p);
     lo = s * widen_low(p);
     hi = s * widen_high(p);
     if (static_cast<std::uint32_t>(w.x - i) < static_cast<std::uint32_t>(WF)) {  // one-hot: w_x
@@ -68,16 +70,20 @@ struct ScaledResidualLanes {
     }
   }
 
-  /// Every value read valid: the vectors' bits, else (or for the scalar tail) value by value.
-  bool valid() const {
+  /// Every value read valid, and a bound on the weights (s p <= p: s is at most 1), from the
+  /// largest p over the whole row, as cpu::draw's probability rows.
+  Checked<double> operator()() const {
+    std::uint32_t largest = p_bits.value(), screen = w.q ? check.value() : largest;
     for (std::int32_t i = w.n - w.n % WF; i < w.n; ++i) {
-      if (!w.valid(i)) return false;
+      largest = std::max(largest, core::float_bits(w.p[i]));
+      screen = std::max(screen, core::float_bits(w.p[i]) | (w.q ? core::float_bits(w.q[i]) : 0u));
     }
-    if (check.value() < BitsMax<Arch>::kInfBits) return true;
-    for (std::int32_t i = 0; i < w.n; ++i) {
-      if (!w.valid(i)) return false;
+    if (screen >= BitsMax<Arch>::kInfBits) {
+      for (std::int32_t i = 0; i < w.n; ++i) {
+        if (!w.valid(i)) return {0.0, false};
+      }
     }
-    return true;
+    return {bound_from_bits(largest), true};
   }
 };
 
@@ -86,25 +92,24 @@ struct ScaledResidualLanes {
 /// sum_v max(s p(v) - q(v), 0), and whether every value read is a valid probability.
 template <class Arch = DefaultArch>
 Checked<double> scaled_residual_mass(const ScaledResidual& w) {
-  detail::ScaledResidualLanes<Arch> lanes{w, {}};
+  detail::ScaledResidualLanes<Arch> lanes{w, {}, {}};
   const auto one = [&](std::int32_t i) { return w.at(i); };
   ChunkSums sums;
   sum_chunks<Arch>(lanes, one, w.n, 1.0, sums);
-  if (!lanes.valid()) return {0.0, false};
-  if (!core::fixed_in_domain(sums.max_term, w.n)) {
-    const double scale = core::fixed_scale(sums.max_term, w.n);
-    sum_chunks<Arch>(lanes, one, w.n, scale, sums);
-    return {sums.total.value() / scale, true};
-  }
-  return {sums.total.value(), true};
+  const Checked<double> bound = lanes();
+  if (!bound.ok) return {0.0, false};
+  if (core::fixed_in_domain(bound.value, w.n)) return {sums.total.value(), true};
+  const double scale = core::fixed_scale(bound.value, w.n);
+  sum_chunks<Arch>(lanes, one, w.n, scale, sums);
+  return {sums.total.value() / scale, true};
 }
 
 /// The smallest i with w_0 + ... + w_i > u * sum(w) (cpu::draw); -1 when there is no mass.
 template <class Arch = DefaultArch>
 Checked<std::int32_t> scaled_residual_draw(const ScaledResidual& w, float u) {
-  detail::ScaledResidualLanes<Arch> lanes{w, {}};
+  detail::ScaledResidualLanes<Arch> lanes{w, {}, {}};
   return cpu::draw<Arch>([&](std::int32_t i, auto& lo, auto& hi) SPECVERIFY_LAMBDA_INLINE { lanes(i, lo, hi); },
-                         [&](std::int32_t i) { return w.at(i); }, [&] { return lanes.valid(); }, w.n, u);
+                         [&](std::int32_t i) { return w.at(i); }, [&] { return lanes(); }, w.n, u);
 }
 
 }  // namespace specverify::cpu

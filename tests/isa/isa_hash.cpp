@@ -1,0 +1,387 @@
+// One answer everywhere (API.md v3): prints a hash of every output of `verify` and `sample` over a
+// fixed matrix of rules, layouts, row sources and sampling parameters, one line per case. ctest
+// builds this file three times (SSE2 only, AVX2 + FMA, -march=native) and runs each build at
+// several thread counts (tests/isa/CMakeLists.txt): every line must be the same everywhere.
+//
+// Inputs are made with integer arithmetic and exact float operations only, so the compile flags
+// cannot change them (a compiler may contract a * b + c into one rounding on FMA targets).
+//
+// usage: isa_hash THREADS
+#include <specverify/specverify.hpp>
+
+#include <typical_acceptance.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace sv = specverify;
+
+namespace {
+
+std::int32_t g_threads = 1;
+
+// ------------------------------------------------------------------------------ hashing
+
+struct Hash {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  void bytes(const void* data, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  template <class T>
+  void all(const std::vector<T>& v) { bytes(v.data(), v.size() * sizeof(T)); }
+  void stats(const sv::VerifyStats& s) {
+    const std::int64_t words[4] = {s.drafted, s.accepted, s.relaxed, s.target_checked};
+    bytes(words, sizeof words);
+  }
+};
+
+void print(const std::string& name, const Hash& h) {
+  std::printf("%-48s %016llx\n", name.c_str(), static_cast<unsigned long long>(h.h));
+}
+
+// ------------------------------------------------------------------------------ inputs
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// A row of probabilities: integer weights with a heavy head (a few large, most small), each
+/// times the float of 1 / sum (one rounding, no sum of products).
+void probability_row(std::uint64_t key, std::int32_t V, float* out) {
+  std::vector<std::uint32_t> w(static_cast<std::size_t>(V));
+  double sum = 0;
+  for (std::int32_t v = 0; v < V; ++v) {
+    const std::uint64_t r = mix(key * 1000003u + static_cast<std::uint64_t>(v));
+    const std::uint32_t small = static_cast<std::uint32_t>(r % 97u);
+    w[std::size_t(v)] = (r >> 40) % 61u == 0 ? small * 4099u + 1u : small;  // zeros included
+    sum += w[std::size_t(v)];
+  }
+  if (sum == 0) {
+    w[0] = 1;
+    sum = 1;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (std::int32_t v = 0; v < V; ++v) out[v] = static_cast<float>(w[std::size_t(v)]) * inv;
+}
+
+/// A row of logits: multiples of 1/64 in [-16, 16) (exact floats), a few raised to a head.
+void logit_row(std::uint64_t key, std::int32_t V, float* out) {
+  for (std::int32_t v = 0; v < V; ++v) {
+    const std::uint64_t r = mix(key * 7919u + static_cast<std::uint64_t>(v));
+    float l = static_cast<float>(static_cast<std::int32_t>(r % 2048u) - 1024) / 64.0f;
+    if ((r >> 32) % 50u == 0) l += 12.0f;
+    out[v] = l;
+  }
+}
+
+struct Shape {
+  std::int32_t B, V, K;
+};
+
+/// Drafts: mostly the target's argmax region (accepted often), some anywhere.
+std::int32_t draft_token(std::uint64_t key, std::int32_t V, const float* p) {
+  const std::uint64_t r = mix(key);
+  if (r % 3u == 0) return static_cast<std::int32_t>((r >> 8) % static_cast<std::uint64_t>(V));
+  std::int32_t best = 0;
+  for (std::int32_t v = 0; v < V; ++v) best = p[v] > p[best] ? v : best;
+  return (r >> 8) % 2u == 0 ? best : static_cast<std::int32_t>((static_cast<std::uint64_t>(best) + (r >> 16) % 5u) % static_cast<std::uint64_t>(V));
+}
+
+struct Chains {
+  Shape s;
+  std::vector<std::int32_t> offsets, tokens;
+  std::vector<float> p, q, scores, accept_probs;
+  std::vector<std::int64_t> positions;
+  std::vector<std::uint64_t> seeds;
+
+  Chains(Shape shape, std::uint64_t key, bool logits) : s(shape) {
+    offsets.push_back(0);
+    for (std::int32_t b = 0; b < s.B; ++b) offsets.push_back(offsets.back() + 1 + static_cast<std::int32_t>(mix(key + 77u * b) % std::uint64_t(s.K)));
+    const std::int32_t N = offsets.back();
+    const std::size_t V = std::size_t(s.V);
+    p.resize((std::size_t(N) + std::size_t(s.B)) * V);
+    q.resize(std::size_t(N) * V);
+    for (std::size_t r = 0; r < std::size_t(N + s.B); ++r) (logits ? logit_row : probability_row)(key * 31u + r, s.V, &p[r * V]);
+    for (std::size_t r = 0; r < std::size_t(N); ++r) (logits ? logit_row : probability_row)(key * 37u + r + 5u, s.V, &q[r * V]);
+    for (std::int32_t b = 0; b < s.B; ++b) {
+      for (std::int32_t j = offsets[std::size_t(b)]; j < offsets[std::size_t(b) + 1]; ++j) {
+        tokens.push_back(draft_token(key * 41u + std::uint64_t(j), s.V, &q[std::size_t(j) * V]));
+        scores.push_back(static_cast<float>(mix(key + std::uint64_t(j)) % 101u) / 100.0f);
+        accept_probs.push_back(0.5f + static_cast<float>(mix(key * 3u + std::uint64_t(j)) % 50u) / 100.0f);
+      }
+      positions.push_back(100 + 13 * b);
+      seeds.push_back(mix(key + 1000u + std::uint64_t(b)));
+    }
+  }
+  std::int32_t width() const { return s.K + 1; }
+};
+
+template <class Batch, class Rule>
+void run_chain(const std::string& name, const Rule& rule, const Batch& batch, const Chains& c) {
+  Hash h;
+  for (const bool per_sequence : {false, true}) {
+    std::vector<std::int32_t> tokens(std::size_t(c.s.B * c.width()), -7), accepted(std::size_t(c.s.B), -7);
+    std::vector<float> logprobs(tokens.size(), 0.5f);
+    sv::ChainOutput out{tokens.data(), c.width(), accepted.data(), logprobs.data()};
+    sv::Randomness rnd{12345u, 6u};
+    rnd.positions = c.positions.data();
+    if (per_sequence) rnd.sequence_seeds = c.seeds.data();
+    const sv::VerifyStats stats = sv::verify(rule, batch, rnd, out, sv::CpuOptions{g_threads});
+    h.all(tokens);
+    h.all(accepted);
+    h.all(logprobs);
+    h.stats(stats);
+  }
+  print(name, h);
+}
+
+template <class Batch>
+void every_chain_rule(const std::string& name, const Batch& batch, const Chains& c) {
+  run_chain(name + " standard", sv::Standard{}, batch, c);
+  run_chain(name + " greedy", sv::Greedy{}, batch, c);
+  run_chain(name + " ears", sv::Ears{0.3f}, batch, c);
+  const char* names[] = {"kl_pq", "kl_qp", "js", "js_fsd", "tv"};
+  int i = 0;
+  for (const sv::Divergence d : {sv::Divergence::kl_target_draft, sv::Divergence::kl_draft_target, sv::Divergence::js,
+                                 sv::Divergence::js_fsd, sv::Divergence::tv}) {
+    run_chain(name + " fsd " + names[i], sv::Fsd{d, 0.4f}, batch, c);
+    run_chain(name + " rfsd " + names[i++], sv::ReducibleFsd{d, 0.4f}, batch, c);
+  }
+  run_chain(name + " sprinter", sv::Sprinter{0.5f, c.scores.data()}, batch, c);
+  run_chain(name + " specdecpp", sv::SpecDecPP<sv::Standard>{0.7f, c.accept_probs.data(), {}}, batch, c);
+  run_chain(name + " block", sv::Block{}, batch, c);
+  run_chain(name + " coupled", sv::Coupled{}, batch, c);
+  run_chain(name + " typical", TypicalAcceptance{}, batch, c);
+}
+
+void probability_chains(Shape s) {
+  const Chains c(s, std::uint64_t(s.V) * 17u + std::uint64_t(s.B), false);
+  sv::ChainBatch<float> batch{s.B, s.V, c.offsets.data(), c.tokens.data(), c.p.data(), c.q.data()};
+  const std::string name = "prob B" + std::to_string(s.B) + " V" + std::to_string(s.V);
+  every_chain_rule(name, batch, c);
+  batch.draft_probs = nullptr;
+  every_chain_rule(name + " onehot", batch, c);
+}
+
+void logits_chains(Shape s) {
+  const Chains c(s, std::uint64_t(s.V) * 19u + std::uint64_t(s.B), true);
+  struct Setting {
+    const char* name;
+    sv::SamplingParams target, draft;
+  };
+  const Setting settings[] = {
+      {"T0.8", {0.8f, 0, 1.0f, 0.0f}, {0.8f, 0, 1.0f, 0.0f}},
+      {"greedy", {0.0f, 0, 1.0f, 0.0f}, {0.7f, 0, 1.0f, 0.0f}},
+      {"topk50", {1.0f, 50, 1.0f, 0.0f}, {1.0f, 50, 1.0f, 0.0f}},
+      {"topp0.9", {0.9f, 0, 0.9f, 0.0f}, {1.0f, 0, 0.95f, 0.0f}},
+      {"minp0.05", {1.1f, 0, 1.0f, 0.05f}, {1.0f, 0, 1.0f, 0.0f}},
+      {"topk50topp0.9", {0.8f, 50, 0.9f, 0.0f}, {0.8f, 40, 0.8f, 0.02f}},
+      {"topk2000topp0.95", {1.3f, 2000, 0.95f, 0.0f}, {1.0f, 0, 1.0f, 0.0f}},
+  };
+  const std::int32_t rows = c.offsets.back() + s.B;
+  std::vector<std::int64_t> first_row(std::size_t(s.B));
+  std::vector<float> guidance(std::size_t(s.B));
+  for (std::int32_t b = 0; b < s.B; ++b) {
+    first_row[std::size_t(b)] = b % 3 == 1 ? -1 : c.offsets[std::size_t(b)] + b;
+    guidance[std::size_t(b)] = 1.5f;
+  }
+  std::vector<float> unconditional(c.p.size());
+  for (std::size_t r = 0; r < std::size_t(rows); ++r) logit_row(991u + r, s.V, &unconditional[r * std::size_t(s.V)]);
+  const std::int32_t words = (s.V + 31) / 32;
+  std::vector<std::uint32_t> mask(std::size_t(rows) * std::size_t(words));
+  for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<std::uint32_t>(mix(i) | mix(i + 1));  // ~3/4 allowed
+  for (std::int32_t r = 0; r < rows; ++r) mask[std::size_t(r) * std::size_t(words)] |= 1u;  // token 0 always allowed
+  for (const Setting& st : settings) {
+    std::vector<sv::SamplingParams> tp(std::size_t(s.B), st.target), dp(std::size_t(s.B), st.draft);
+    sv::LogitsChainBatch<float> batch;
+    batch.batch_size = s.B;
+    batch.vocab_size = s.V;
+    batch.draft_offsets = c.offsets.data();
+    batch.draft_tokens = c.tokens.data();
+    batch.target_logits = c.p.data();
+    batch.draft_logits = c.q.data();
+    batch.target_params = tp.data();
+    batch.draft_params = dp.data();
+    const std::string name = std::string("logits ") + st.name + " B" + std::to_string(s.B) + " V" + std::to_string(s.V);
+    every_chain_rule(name, batch, c);
+    sv::LogitsChainBatch<float> guided = batch;
+    guided.unconditional_logits = unconditional.data();
+    guided.unconditional_first_row = first_row.data();
+    guided.guidance_scale = guidance.data();
+    guided.allowed_tokens = mask.data();
+    run_chain(name + " guided+mask standard", sv::Standard{}, guided, c);
+    run_chain(name + " guided+mask fsd js", sv::Fsd{sv::Divergence::js, 0.4f}, guided, c);
+    guided.draft_logits = nullptr;
+    run_chain(name + " guided+mask onehot standard", sv::Standard{}, guided, c);
+    if (s.V >= 8) {  // a reduced draft vocabulary: every other target id, drafts mapped onto it
+      const std::int32_t Vd = s.V / 2;
+      std::vector<std::int32_t> d2t(static_cast<std::size_t>(Vd)), tokens(c.tokens);
+      for (std::int32_t d = 0; d < Vd; ++d) d2t[std::size_t(d)] = 2 * d;
+      for (auto& t : tokens) t = t / 2 * 2;
+      std::vector<float> q(std::size_t(c.offsets.back()) * std::size_t(Vd));
+      for (std::size_t r = 0; r < std::size_t(c.offsets.back()); ++r) logit_row(555u + r, Vd, &q[r * std::size_t(Vd)]);
+      sv::LogitsChainBatch<float> reduced = batch;
+      reduced.draft_tokens = tokens.data();
+      reduced.draft_logits = q.data();
+      reduced.draft_vocab_size = Vd;
+      reduced.draft_to_target = d2t.data();
+      run_chain(name + " reduced standard", sv::Standard{}, reduced, c);
+      run_chain(name + " reduced fsd kl", sv::Fsd{sv::Divergence::kl_target_draft, 0.4f}, reduced, c);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ trees
+
+struct Trees {
+  Shape s;
+  std::vector<std::int32_t> offsets, parents, tokens;
+  std::vector<float> p, q, scores;
+  std::vector<std::int64_t> positions;
+  std::int32_t width = 1;
+
+  /// Sequence b: up to K nodes; node i hangs under the root or an earlier node, at most 3
+  /// children a node (and no more than V, so siblings' tokens differ).
+  Trees(Shape shape, std::uint64_t key, bool logits) : s(shape) {
+    offsets.push_back(0);
+    const std::size_t V = std::size_t(s.V);
+    for (std::int32_t b = 0; b < s.B; ++b) {
+      const std::int32_t n = 1 + static_cast<std::int32_t>(mix(key + 5u * b) % std::uint64_t(s.K));
+      std::vector<std::int32_t> children(std::size_t(n) + 1, 0), depth(std::size_t(n), 1);
+      const std::int32_t fan = s.V < 3 ? s.V : 3;
+      for (std::int32_t i = 0; i < n; ++i) {
+        std::int32_t parent = -1;
+        for (std::int32_t tries = 0; tries < 4; ++tries) {
+          const std::int32_t c = static_cast<std::int32_t>(mix(key * 13u + 97u * b + 7u * i + tries) % std::uint64_t(i + 1)) - 1;
+          if (children[std::size_t(c + 1)] < fan) {
+            parent = c;
+            break;
+          }
+        }
+        if (parent == -1 && children[0] >= fan) break;  // the root is full too: a smaller tree
+        parents.push_back(parent);
+        const std::int32_t sibling = children[std::size_t(parent + 1)]++;
+        depth[std::size_t(i)] = parent < 0 ? 1 : depth[std::size_t(parent)] + 1;
+        width = std::max(width, depth[std::size_t(i)] + 1);
+        const std::uint64_t r = mix(key * 29u + std::uint64_t(parents.size()));
+        tokens.push_back(static_cast<std::int32_t>((r % V + static_cast<std::uint64_t>(sibling)) % V));
+        scores.push_back(static_cast<float>(r % 101u) / 100.0f);
+      }
+      offsets.push_back(static_cast<std::int32_t>(parents.size()));
+      positions.push_back(40 + 3 * b);
+    }
+    // Siblings share their parent's rows, so their tokens must differ: spread them (fan <= V).
+    const std::size_t rows = parents.size() + std::size_t(s.B);
+    p.resize(rows * V);
+    q.resize(rows * V);
+    for (std::size_t r = 0; r < rows; ++r) {
+      (logits ? logit_row : probability_row)(key * 43u + r, s.V, &p[r * V]);
+      (logits ? logit_row : probability_row)(key * 47u + r + 3u, s.V, &q[r * V]);
+    }
+  }
+};
+
+template <class Batch, class Rule>
+void run_tree(const std::string& name, const Rule& rule, const Batch& batch, const Trees& t) {
+  Hash h;
+  std::vector<std::int32_t> tokens(std::size_t(t.s.B * t.width), -7), accepted(std::size_t(t.s.B), -7),
+      nodes(tokens.size(), -7);
+  std::vector<float> logprobs(tokens.size(), 0.5f);
+  sv::TreeOutput out{tokens.data(), t.width, accepted.data(), nodes.data(), logprobs.data()};
+  sv::Randomness rnd{777u, 3u};
+  rnd.positions = t.positions.data();
+  const sv::VerifyStats stats = sv::verify(rule, batch, rnd, out, sv::CpuOptions{g_threads});
+  h.all(tokens);
+  h.all(accepted);
+  h.all(nodes);
+  h.all(logprobs);
+  h.stats(stats);
+  print(name, h);
+}
+
+template <class Batch>
+void every_tree_rule(const std::string& name, Batch batch, const Trees& t) {
+  const char* drafted_names[] = {"sampled", "without", "deterministic"};
+  for (const sv::Drafted d : {sv::Drafted::sampled, sv::Drafted::sampled_without_replacement, sv::Drafted::deterministic}) {
+    batch.drafted = d;
+    const std::string n = name + " " + drafted_names[static_cast<int>(d)];
+    run_tree(n + " standard", sv::Standard{}, batch, t);
+    run_tree(n + " ears", sv::Ears{0.3f}, batch, t);
+    run_tree(n + " rfsd js", sv::ReducibleFsd{sv::Divergence::js, 0.4f}, batch, t);
+    run_tree(n + " sprinter", sv::Sprinter{0.5f, t.scores.data()}, batch, t);
+    if (d == sv::Drafted::sampled) {
+      run_tree(n + " greedy", sv::Greedy{}, batch, t);
+      run_tree(n + " fsd tv", sv::Fsd{sv::Divergence::tv, 0.4f}, batch, t);
+      run_tree(n + " coupled", sv::Coupled{}, batch, t);
+      run_tree(n + " typical", TypicalAcceptance{}, batch, t);
+    }
+  }
+}
+
+void probability_trees(Shape s) {
+  const Trees t(s, std::uint64_t(s.V) * 23u + std::uint64_t(s.B), false);
+  sv::TreeBatch<float> batch{s.B, s.V, t.offsets.data(), t.parents.data(), t.tokens.data(), t.p.data(), t.q.data()};
+  every_tree_rule("prob tree B" + std::to_string(s.B) + " V" + std::to_string(s.V), batch, t);
+}
+
+void logits_trees(Shape s) {
+  const Trees t(s, std::uint64_t(s.V) * 29u + std::uint64_t(s.B), true);
+  for (const sv::SamplingParams params : {sv::SamplingParams{0.8f, 0, 1.0f, 0.0f}, sv::SamplingParams{1.0f, 50, 0.9f, 0.0f}}) {
+    std::vector<sv::SamplingParams> tp(std::size_t(s.B), params);
+    sv::LogitsTreeBatch<float> batch;
+    batch.batch_size = s.B;
+    batch.vocab_size = s.V;
+    batch.node_offsets = t.offsets.data();
+    batch.parents = t.parents.data();
+    batch.draft_tokens = t.tokens.data();
+    batch.target_logits = t.p.data();
+    batch.draft_logits = t.q.data();
+    batch.target_params = tp.data();
+    every_tree_rule("logits tree top_k " + std::to_string(params.top_k) + " B" + std::to_string(s.B) + " V" +
+                        std::to_string(s.V), batch, t);
+  }
+}
+
+void samples(std::int32_t V) {
+  std::vector<float> logits(std::size_t(V) * 8);
+  for (std::size_t r = 0; r < 8; ++r) logit_row(4242u + r, V, &logits[r * std::size_t(V)]);
+  Hash h;
+  for (const sv::SamplingParams params : {sv::SamplingParams{0.8f, 0, 1.0f, 0.0f}, sv::SamplingParams{1.0f, 50, 0.9f, 0.0f},
+                                          sv::SamplingParams{1.2f, 0, 0.8f, 0.05f}, sv::SamplingParams{0.0f, 0, 1.0f, 0.0f}}) {
+    for (std::int64_t pos = 0; pos < 8; ++pos) {
+      const std::int32_t t = sv::sample(&logits[std::size_t(pos) * std::size_t(V)], V, params, 99u, pos);
+      h.bytes(&t, sizeof t);
+    }
+  }
+  print("sample V" + std::to_string(V), h);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s THREADS\n", argv[0]);
+    return 2;
+  }
+  g_threads = std::atoi(argv[1]);
+  for (const Shape s : {Shape{16, 1, 3}, Shape{16, 7, 4}, Shape{1, 1000, 5}, Shape{16, 1000, 5}, Shape{3, 40000, 3},
+                        Shape{1, 128256, 5}}) {
+    probability_chains(s);
+    logits_chains(s);
+  }
+  for (const Shape s : {Shape{16, 7, 8}, Shape{16, 1000, 12}, Shape{2, 128256, 12}}) {
+    probability_trees(s);
+    logits_trees(s);
+  }
+  for (const std::int32_t V : {1, 1000, 128256}) samples(V);
+  return 0;
+}
