@@ -54,7 +54,7 @@ enum class Check : std::uint8_t {
   row_value,          // name: "target row" or "draft row", a: the row, c: the token, value
   row_max,            // a: the row, value
   no_mass,            // name: the row's kind, a: the row
-  too_many_children,  // a: kMaxSiblings
+  too_many_children,  // a: the siblings the backend's rows hold (a CUDA block's fixed room)
   logit_value,        // name: "target logits row" or "draft logits row", a: the row, c: the index, value
   no_kept_token,      // a: the target logits row
   draft_map_range,    // a: the draft id, c: its target id outside [0, vocab_size)
@@ -387,7 +387,7 @@ SPECVERIFY_HD inline Finding from_fault(const Fault& f, std::int32_t b, Place it
   switch (f.kind) {
     case FaultKind::bad_row_max: r.check = Check::row_max; break;
     case FaultKind::target_no_mass: r.check = Check::no_mass; break;
-    case FaultKind::too_many_children: r.check = Check::too_many_children; r.ints(kMaxSiblings); break;
+    case FaultKind::too_many_children: r.check = Check::too_many_children; r.ints(f.column); break;
     default: break;
   }
   return r;
