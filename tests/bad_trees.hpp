@@ -130,6 +130,8 @@ inline std::vector<BadTree> bad_trees() {
       {"parent after its child", parent(2, 3), {"sequence 1", "node 2", "parent 3"}},
       {"parent below -1", parent(0, -2), {"sequence 1", "node 0", "parent -2"}},
       {"parent past the sequence", parent(3, 100), {"sequence 1", "node 3", "parent 100"}},
+      {"drafted outside the enum", [](Trees& t) { t.drafted = static_cast<Drafted>(7); },
+       {"drafted = 7", "not a Drafted value"}},
       {"node_offsets[0] not 0", [](Trees& t) { t.offsets[0] = 1; }, {"node_offsets[0] = 1"}},
       {"node_offsets decrease", [](Trees& t) { t.offsets[1] = 8; }, {"sequence 1", "decrease", "8 then 7"}},
       {"sampled without q", [](Trees& t) { t.with_q = false; }, {"draft_probs is null"}},
