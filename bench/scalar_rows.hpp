@@ -8,11 +8,13 @@
 #include "reference_divergence.hpp"
 #include "specverify/core/residual.hpp"
 #include "specverify/cpu/row_kernels.hpp"
+#include "specverify/cpu/rows.hpp"
 
 namespace specverify::bench {
 
 struct ScalarRows {
   std::int32_t n;
+  cpu::SiblingRoom room{};
 
   using Index = cpu::Checked<std::int32_t>;
   using Value = cpu::Checked<float>;
@@ -60,6 +62,7 @@ struct ScalarRows {
     return {t.value, t.ok};
   }
   Index draw_target(const float* p, float u) const { return draw(cpu::Weights::target(p, n), u); }
+  core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
 
  private:
   Index draw(const cpu::Weights& w, float u) const {

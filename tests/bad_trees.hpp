@@ -125,22 +125,13 @@ inline std::vector<BadTree> bad_trees() {
   const auto token = [](std::int32_t node, std::int32_t value) {
     return [=](Trees& t) { t.tokens[std::size_t(t.offsets[1] + node)] = value; };
   };
-  // Sequence 1's root has 66 children, all given p = 0: absorbing the 65th rejected one overflows.
-  const auto many_children = [](Trees& t) {
-    const std::int32_t V = t.V, n = 66;
-    std::vector<float> p(std::size_t(V), 0.0f), u(std::size_t(V), 1.0f / V);
-    p[0] = 1.0f;
-    Trees wide(V);
-    wide.add({-1, -1, 0}, {1, 2, 3}, {u, u, u, u}, {u, u, u, u});
-    std::vector<std::vector<float>> ps(n + 1, p), qs(n + 1, u);
-    wide.add(std::vector<std::int32_t>(n, -1), std::vector<std::int32_t>(n, 1), ps, qs);
-    t = wide;
-  };
   return {
       {"parent is the node itself", parent(1, 1), {"sequence 1", "node 1", "parent 1"}},
       {"parent after its child", parent(2, 3), {"sequence 1", "node 2", "parent 3"}},
       {"parent below -1", parent(0, -2), {"sequence 1", "node 0", "parent -2"}},
       {"parent past the sequence", parent(3, 100), {"sequence 1", "node 3", "parent 100"}},
+      {"drafted outside the enum", [](Trees& t) { t.drafted = static_cast<Drafted>(7); },
+       {"drafted = 7", "not a Drafted value"}},
       {"node_offsets[0] not 0", [](Trees& t) { t.offsets[0] = 1; }, {"node_offsets[0] = 1"}},
       {"node_offsets decrease", [](Trees& t) { t.offsets[1] = 8; }, {"sequence 1", "decrease", "8 then 7"}},
       {"sampled without q", [](Trees& t) { t.with_q = false; }, {"draft_probs is null"}},
@@ -167,7 +158,6 @@ inline std::vector<BadTree> bad_trees() {
        [](Trees& t) { t.p[std::size_t(t.offsets[1] + 1) * t.V + 3] = 0.0f,
                       t.q[std::size_t(t.offsets[1] + 1) * t.V + 5] = -1.0f; },
        {"sequence 1", "draft row 4", "-1", "token 5"}},
-      {"more rejected siblings than kMaxSiblings", many_children, {"sequence 1", "more than 64 children"}},
   };
 }
 

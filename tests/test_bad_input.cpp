@@ -194,6 +194,45 @@ TEST(BadInput, DivergenceOutsideTheEnumIsARuleParameterOutOfRange) {
   }
 }
 
+TEST(BadInput, NegativeMaxThreadsIsInvalidForEveryBatchKind) {
+  // Once read as 0 (every hardware thread) while Python refused it: an error in both now.
+  Chains c = two_sequences();
+  ChainOutput out = c.output();
+  EXPECT_THAT([&] { verify(Standard{}, c.batch(), Randomness{}, out, CpuOptions{-1}); },
+              ::testing::ThrowsMessage<invalid_input>(HasSubstr("max_threads = -1 must be >= 0")));
+  for (auto t : c.out_tokens) ASSERT_EQ(t, 12345) << "output written before the error";
+  ChainBatch<float> empty;
+  empty.vocab_size = 5;
+  EXPECT_THROW(verify(Standard{}, empty, Randomness{}, ChainOutput{}, CpuOptions{-3}), invalid_input);
+
+  const std::vector<float> row = uniform_row(4);
+  const std::int32_t offsets[2] = {0, 1}, parents[1] = {-1}, drafts[1] = {2};
+  std::vector<float> rows(row);
+  rows.insert(rows.end(), row.begin(), row.end());
+  std::int32_t tokens[2] = {12345, 12345}, accepted = 12345;
+  TreeBatch<float> tree;
+  tree.batch_size = 1;
+  tree.vocab_size = 4;
+  tree.node_offsets = offsets;
+  tree.parents = parents;
+  tree.draft_tokens = drafts;
+  tree.target_probs = rows.data();
+  tree.drafted = Drafted::deterministic;
+  EXPECT_THROW(verify(Standard{}, tree, Randomness{}, TreeOutput{tokens, 2, &accepted}, CpuOptions{-1}), invalid_input);
+  const SamplingParams params;
+  LogitsChainBatch<float> logits;
+  logits.batch_size = 1;
+  logits.vocab_size = 4;
+  logits.draft_offsets = offsets;
+  logits.draft_tokens = drafts;
+  logits.target_logits = rows.data();
+  logits.target_params = &params;
+  EXPECT_THROW(verify(Standard{}, logits, Randomness{}, ChainOutput{tokens, 2, &accepted}, CpuOptions{-1}),
+               invalid_input);
+  EXPECT_EQ(tokens[0], 12345);
+  EXPECT_EQ(accepted, 12345);
+}
+
 TEST(BadInput, EmptyBatchIsValidAndWritesNothing) {
   ChainBatch<float> b;
   b.vocab_size = 5;

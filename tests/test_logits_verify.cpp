@@ -665,6 +665,41 @@ TEST(LogitsBadInput, DraftMapOutOfRangeOrNotInjective) {
   expect_rejected(c, b, {"draft_to_target[2] = 1", "two draft ids"});
 }
 
+TEST(LogitsBadInput, GuidanceRowsPastTheAddressRangeAreNamed) {
+  // The unconditional rows' addresses, (first + j) * stride, once overflowed int64 (UBSan) and
+  // were then read out of bounds.
+  auto c = base(25, {1.0f, 0, 1.0f, 0.0f});
+  c.B = 3;
+  c.target.unconditional = c.target.logits;
+  auto b = c.batch(1);
+  c.first_u[1] = std::numeric_limits<std::int64_t>::max();
+  expect_rejected(c, b, {"sequence 1", "unconditional_first_row = 9223372036854775807", "overflows the address range"});
+  c.first_u[1] = std::numeric_limits<std::int64_t>::max() - 2;  // its last row is INT64_MAX
+  expect_rejected(c, b, {"sequence 1", "overflows the address range"});
+  c.first_u[1] = 3;
+  b.unconditional_stride = std::numeric_limits<std::int64_t>::max() / 2;
+  expect_rejected(c, b, {"sequence 0", "unconditional_stride = 4611686018427387903", "overflows the address range"});
+  b.unconditional_stride = 0;
+  ChainOutput out = c.output();
+  EXPECT_NO_THROW(verify(Standard{}, b, Randomness{}, out));
+}
+
+TEST(LogitsBadInput, GuidanceOverflowNamesTheGuidedValueAndTheScale) {
+  auto c = base(26, {1.0f, 0, 1.0f, 0.0f});
+  c.B = 3;
+  c.target.unconditional.assign(std::size_t(c.V), 0.0f);
+  c.target.guidance_scale = 1.5f;
+  auto b = c.batch(1);
+  const std::size_t row3 = std::size_t(1) * (c.K + 1) * c.V;  // sequence 1's first row
+  c.p_rows[row3 + 5] = 3e38f;                                  // an ordinary logit; 1.5 times it is not
+  expect_rejected(c, b, {"sequence 1", "position 0", "guidance gives inf at index 5 of target logits row 3",
+                         "guidance_scale s = 1.5"});
+  // A NaN in the unconditional row is named there, not as the target's logit.
+  c.p_rows[row3 + 5] = 0.0f;
+  c.u_rows[row3 + 7] = std::numeric_limits<float>::quiet_NaN();
+  expect_rejected(c, b, {"sequence 1", "position 0", "unconditional logits row 3 holds nan at index 7"});
+}
+
 TEST(LogitsBadInput, CoupledNeedsPositions) {
   auto c = base(24, {1.0f, 0, 1.0f, 0.0f});
   c.B = 2;

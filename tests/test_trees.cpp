@@ -614,6 +614,71 @@ TEST(ChainOutputs, LogprobsFollowTheRowsEmittedFrom) {
   }
 }
 
+// ---- Wide nodes: a node may have as many children as its tree has nodes.
+
+// A root with 120 children whose tokens p gives nothing: every residual rule rejects each of them,
+// absorbing it into the residual, and draws the extra token from the rest of p, for every
+// Drafted, on probability and logits rows. (A fixed room of 64 siblings once refused this.)
+template <class Rule>
+void expect_wide_root_rejects_every_child(const Rule& rule, const char* name) {
+  constexpr std::int32_t V = 200, n = 120;
+  std::vector<float> p(V, 0.0f), q(V, 1.0f / V), logits(V, -INFINITY), q_logits(V, 0.0f);
+  for (std::int32_t v = n; v < V; ++v) p[std::size_t(v)] = 1.0f / (V - n), logits[std::size_t(v)] = 0.0f;
+  std::vector<std::int32_t> parents(n, -1), tokens(n);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  for (Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement, Drafted::deterministic}) {
+    Trees t(V);
+    t.drafted = how;
+    t.with_q = how != Drafted::deterministic;
+    t.add(parents, tokens, std::vector<std::vector<float>>(n + 1, p), std::vector<std::vector<float>>(n + 1, q));
+    std::vector<float> target_logits, draft_logits;
+    for (std::int32_t r = 0; r <= n; ++r) {
+      target_logits.insert(target_logits.end(), logits.begin(), logits.end());
+      draft_logits.insert(draft_logits.end(), q_logits.begin(), q_logits.end());
+    }
+    const SamplingParams params;
+    LogitsTreeBatch<float> logit_batch;
+    logit_batch.batch_size = 1;
+    logit_batch.vocab_size = V;
+    logit_batch.node_offsets = t.offsets.data();
+    logit_batch.parents = t.parents.data();
+    logit_batch.draft_tokens = t.tokens.data();
+    logit_batch.target_logits = target_logits.data();
+    logit_batch.draft_logits = t.with_q ? draft_logits.data() : nullptr;
+    logit_batch.target_params = &params;
+    logit_batch.drafted = how;
+    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+      for (const bool from_logits : {false, true}) {
+        const TreeOutput out = t.output();
+        try {
+          if (from_logits) {
+            verify(rule, logit_batch, t.randomness(seed), out);
+          } else {
+            verify(rule, t.batch(), t.randomness(seed), out);
+          }
+        } catch (const invalid_input& e) {
+          ADD_FAILURE() << name << " Drafted " << int(how) << " seed " << seed << ": " << e.what();
+          continue;
+        }
+        const std::string where = std::string(name) + " Drafted " + std::to_string(int(how)) + " seed " +
+                                  std::to_string(seed) + (from_logits ? " logits" : " probabilities");
+        EXPECT_EQ(t.accepted[0], 0) << where;
+        EXPECT_GE(t.token(0, 0), n) << where;
+        EXPECT_LT(t.token(0, 0), V) << where;
+        EXPECT_NEAR(t.logprobs[0], std::log(1.0f / (V - n)), 1e-5) << where;
+      }
+    }
+  }
+}
+
+TEST(WideTrees, EveryResidualRuleRejectsAHundredAndTwentyChildrenOfOneNode) {
+  const std::vector<float> scores(120, 0.0f);  // below eta: every child gets SPRINTER's fallback test
+  expect_wide_root_rejects_every_child(Standard{}, "Standard");
+  expect_wide_root_rejects_every_child(Ears{0.3f}, "Ears");
+  expect_wide_root_rejects_every_child(ReducibleFsd{Divergence::tv, 0.5f}, "ReducibleFsd");
+  expect_wide_root_rejects_every_child(Sprinter{0.5f, scores.data()}, "Sprinter");
+}
+
 // ---- Bad trees (tests/bad_trees.hpp, shared with the CUDA suite).
 
 TEST(BadTrees, InvalidInputNamesTheFaultAndWritesNothing) {
@@ -661,6 +726,8 @@ TEST(ResidualKernel, MatchesTheScalarDefinition) {
         r.q = q.data();
         r.has_q = how != Drafted::deterministic;
         r.drafted = how;
+        cpu::SiblingRoom room;
+        r.siblings = room.siblings(4);
         // Siblings absorbed as the walk does it: the kernel's mass, compared on the way (for
         // one-hot drafts, later siblings reuse the first pass's chunk sums).
         const std::int32_t steps = std::int32_t(rng() % 5);

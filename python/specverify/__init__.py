@@ -43,6 +43,27 @@ from specverify._core import (
 __version__ = "0.1.0"
 
 
+def _fitting(name, value, dtype):
+    """`value` (a scalar or one per sequence) as `dtype`, refused where that would change it: an
+    integer field takes integers within its range, a float field real numbers within float32's
+    (rounding to the nearest float32 is the only change allowed)."""
+    given = np.asarray(value)
+    integer = np.issubdtype(dtype, np.integer)
+    if given.dtype.kind not in ("iu" if integer else "iuf"):
+        raise TypeError(f"specverify: sampling_params {name} must be {'an integer' if integer else 'a real number'}"
+                        f" (or one per sequence), got {given.dtype} {value!r}")
+    if integer:
+        info = np.iinfo(dtype)
+        bad = (given < info.min) | (given > info.max)
+    else:
+        with np.errstate(over="ignore"):
+            bad = np.isfinite(given) & ~np.isfinite(given.astype(dtype))
+    if np.any(bad):
+        first = given[bad].ravel()[0] if given.ndim else given
+        raise InvalidInput(f"specverify: sampling_params {name} = {first} does not fit in {np.dtype(dtype).name}")
+    return given.astype(dtype)
+
+
 def sampling_params(batch_size_or_params, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
     """Per-sequence sampling parameters as a NumPy array of SamplingParams.dtype, the layout the
     logits batches view in place (their target_params and draft_params).
@@ -53,7 +74,10 @@ def sampling_params(batch_size_or_params, *, temperature=1.0, top_k=0, top_p=1.0
     """
     if isinstance(batch_size_or_params, (int, np.integer)):
         params = np.empty(int(batch_size_or_params), SamplingParams.dtype)
-        params["temperature"], params["top_k"], params["top_p"], params["min_p"] = temperature, top_k, top_p, min_p
+        params["temperature"] = _fitting("temperature", temperature, np.float32)
+        params["top_k"] = _fitting("top_k", top_k, np.int32)
+        params["top_p"] = _fitting("top_p", top_p, np.float32)
+        params["min_p"] = _fitting("min_p", min_p, np.float32)
         return params
     given = list(batch_size_or_params)
     for p in given:

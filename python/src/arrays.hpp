@@ -112,6 +112,20 @@ inline bool dtype_is(const DLDataType& t, Elem elem) {
   return false;
 }
 
+/// A Python error as one line, "Type: first line of its message" (what() adds the traceback).
+inline std::string one_line(const py::error_already_set& error) {
+  std::string text = py::str(error.value());
+  text = text.substr(0, text.find('\n'));
+  return std::string(py::str(error.type().attr("__name__"))) + (text.empty() ? "" : ": " + text);
+}
+
+/// Whether a tensor-like object says `flag()` (torch's is_neg, is_conj, requires_grad attribute).
+inline bool says(py::handle obj, const char* flag, bool call) {
+  if (!py::hasattr(obj, flag)) return false;
+  const py::object value = call ? obj.attr(flag)() : obj.attr(flag);
+  return value.ptr() == Py_True;
+}
+
 inline std::string dtype_of(py::handle obj, const std::string& fallback) {
   if (py::hasattr(obj, "dtype")) return py::str(obj.attr("dtype"));
   return fallback;
@@ -129,7 +143,7 @@ inline Array from_buffer(py::handle obj, const char* name, Elem elem, bool writa
   });
   if (PyObject_GetBuffer(obj.ptr(), view.get(), PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
     const py::error_already_set error;
-    reject(name, ": its buffer cannot be read in place with strides (", error.what(), ")");
+    reject(name, ": its buffer cannot be read in place with strides (", one_line(error), ")");
   }
   const bool struct_checked = elem == Elem::sampling_params && view->itemsize == sizeof(SamplingParams);
   if (!struct_checked && !format_is(view->format, view->itemsize, elem)) {
@@ -151,12 +165,21 @@ inline Array from_buffer(py::handle obj, const char* name, Elem elem, bool writa
 }
 
 inline Array from_dlpack(py::handle obj, const char* name, Elem elem) {
+  // DLPack carries neither torch's lazy negation nor conjugation: the memory holds the values
+  // before them.
+  if (says(obj, "is_neg", true) || says(obj, "is_conj", true)) {
+    reject(name, " is a negated or conjugated view (its memory holds other values); pass tensor.resolve_neg() "
+           "or tensor.resolve_conj()");
+  }
+  if (says(obj, "requires_grad", false)) {
+    reject(name, ": cannot be viewed through DLPack (it requires grad; pass tensor.detach())");
+  }
   if (py::hasattr(obj, "__dlpack_device__")) {
     int device_type = 0;
     try {
       device_type = obj.attr("__dlpack_device__")()[py::int_(0)].cast<int>();
     } catch (const py::error_already_set& error) {
-      reject(name, ": cannot tell its device (", error.what(), "); it must be a CPU array");
+      reject(name, ": cannot tell its device (", one_line(error), "); it must be a CPU array");
     }
     if (device_type != kDLCPU) {
       reject(name, " must be on the CPU, got DLPack device type ", std::to_string(device_type),
@@ -167,7 +190,7 @@ inline Array from_dlpack(py::handle obj, const char* name, Elem elem) {
   try {
     capsule = obj.attr("__dlpack__")();
   } catch (const py::error_already_set& error) {
-    reject(name, ": cannot be viewed through DLPack (", error.what(), ")");
+    reject(name, ": cannot be viewed through DLPack (", one_line(error), ")");
   }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (!managed) {
@@ -276,5 +299,46 @@ inline std::int32_t as_int32(std::int64_t n, const char* what) {
 }
 
 inline py::object source_or_none(const Array& a) { return a.present() ? a.source : py::none(); }
+
+/// The array as it is now, viewed again: a caller may have resized or replaced its memory since
+/// the object holding `a` was built (checks as at construction).
+inline Array again(const Array& a, const char* name, Elem elem, int ndim, bool writable = false) {
+  return as_array(source_or_none(a), name, elem, ndim, writable, true);
+}
+
+/// An argument's bytes, [begin, end) from its lowest to its highest element.
+struct Extent {
+  const char* name;
+  std::uintptr_t begin = 0, end = 0;
+};
+
+inline Extent extent_of(const Array& a, const char* name, Elem elem) {
+  Extent e{name};
+  if (!a.present()) return e;
+  std::int64_t last = 0;
+  for (std::size_t d = 0; d < a.shape.size(); ++d) {
+    if (a.shape[d] == 0) return e;
+    last += (a.shape[d] - 1) * a.strides[d];
+  }
+  e.begin = reinterpret_cast<std::uintptr_t>(a.data);
+  e.end = e.begin + static_cast<std::uintptr_t>(last + 1) * elem_bytes(elem);
+  return e;
+}
+
+/// Outputs may share memory with nothing verify reads or writes: an output over an input would
+/// change what is read (or write into the caller's inputs), two outputs would overwrite each other.
+inline void expect_apart(const std::vector<Extent>& outputs, const std::vector<Extent>& inputs) {
+  const auto overlap = [](const Extent& a, const Extent& b) {
+    return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
+  };
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      if (overlap(outputs[i], outputs[j])) reject(outputs[i].name, " and ", outputs[j].name, " overlap in memory");
+    }
+    for (const Extent& in : inputs) {
+      if (overlap(outputs[i], in)) reject(outputs[i].name, " overlaps ", in.name, " in memory (an output cannot share an input's memory)");
+    }
+  }
+}
 
 }  // namespace specverify::python

@@ -48,12 +48,24 @@ PyChainBatch::PyChainBatch(py::handle offsets_, py::handle tokens, py::handle ta
   }
 }
 
-ChainBatch<float> PyChainBatch::view() const {
-  offsets.check_total();
+PyChainBatch PyChainBatch::fresh() const {
+  return {offsets.offsets.source, offsets.draft_tokens.source, target_probs.source, source_or_none(draft_probs),
+          source_or_none(target_row_max)};
+}
+
+std::vector<Extent> PyChainBatch::inputs() const {
+  return {extent_of(offsets.offsets, "draft_offsets", Elem::int32),
+          extent_of(offsets.draft_tokens, "draft_tokens", Elem::int32),
+          extent_of(target_probs, "target_probs", Elem::float32), extent_of(draft_probs, "draft_probs", Elem::float32),
+          extent_of(target_row_max, "target_row_max", Elem::float32)};
+}
+
+ChainBatch<float> PyChainBatch::view() {
+  offsets.snapshot();
   return {batch_size,
           vocab_size,
           offsets.data(),
-          offsets.draft_tokens.as<const std::int32_t>(),
+          offsets.tokens(),
           target_probs.as<const float>(),
           draft_probs.as<const float>(),
           target_probs.row_stride(),
@@ -76,14 +88,25 @@ PyTreeBatch::PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handl
                     "its rows must be as long as target_probs' (V = " + std::to_string(vocab_size) + ")");
 }
 
-TreeBatch<float> PyTreeBatch::view() const {
-  offsets.check_total();
+PyTreeBatch PyTreeBatch::fresh() const {
+  return {offsets.offsets.source, parents.source, offsets.draft_tokens.source, target_probs.source,
+          source_or_none(draft_probs), drafted};
+}
+
+std::vector<Extent> PyTreeBatch::inputs() const {
+  return {extent_of(offsets.offsets, "node_offsets", Elem::int32), extent_of(parents, "parents", Elem::int32),
+          extent_of(offsets.draft_tokens, "draft_tokens", Elem::int32),
+          extent_of(target_probs, "target_probs", Elem::float32), extent_of(draft_probs, "draft_probs", Elem::float32)};
+}
+
+TreeBatch<float> PyTreeBatch::view() {
+  offsets.snapshot();
   TreeBatch<float> b;
   b.batch_size = batch_size;
   b.vocab_size = vocab_size;
   b.node_offsets = offsets.data();
-  b.parents = parents.as<const std::int32_t>();
-  b.draft_tokens = offsets.draft_tokens.as<const std::int32_t>();
+  b.parents = snapshot(parents, parents_copy);
+  b.draft_tokens = offsets.tokens();
   b.target_probs = target_probs.as<const float>();
   b.draft_probs = draft_probs.as<const float>();
   b.target_stride = target_probs.row_stride();
@@ -135,10 +158,10 @@ PyLogitsFields::PyLogitsFields(py::handle target_params_, py::handle draft_param
 }
 
 template <class CppBatch>
-void PyLogitsFields::fill(CppBatch& batch, const PyOffsets& offsets) const {
-  if (unconditional_logits.present() && unconditional_first_row.present()) {
+void PyLogitsFields::fill(CppBatch& batch, const PyOffsets& offsets) {
+  const std::int64_t* first = snapshot(unconditional_first_row, first_row_copy);
+  if (unconditional_logits.present() && first) {
     const std::int64_t available = unconditional_logits.rows();
-    const auto* first = unconditional_first_row.as<const std::int64_t>();
     for (std::int32_t b = 0; b < offsets.batch_size; ++b) {
       const std::int64_t count = offsets.count(b);
       if (first[b] < 0 || count < 0) continue;  // -1: no guidance; below -1 or bad offsets: C++ says
@@ -149,15 +172,25 @@ void PyLogitsFields::fill(CppBatch& batch, const PyOffsets& offsets) const {
       }
     }
   }
-  batch.target_params = target_params.as<const SamplingParams>();
-  batch.draft_params = draft_params.as<const SamplingParams>();
+  batch.target_params = snapshot(target_params, target_params_copy);
+  batch.draft_params = snapshot(draft_params, draft_params_copy);
   batch.draft_vocab_size = draft_vocab_size;
-  batch.draft_to_target = draft_to_target.as<const std::int32_t>();
+  batch.draft_to_target = snapshot(draft_to_target, draft_to_target_copy);
   batch.unconditional_logits = unconditional_logits.as<const float>();
   batch.unconditional_stride = unconditional_logits.present() ? unconditional_logits.row_stride() : 0;
-  batch.unconditional_first_row = unconditional_first_row.as<const std::int64_t>();
+  batch.unconditional_first_row = first;
   batch.guidance_scale = guidance_scale.as<const float>();
   batch.allowed_tokens = allowed_tokens.as<const std::uint32_t>();
+}
+
+void PyLogitsFields::add_inputs(std::vector<Extent>& inputs) const {
+  inputs.push_back(extent_of(target_params, "target_params", Elem::sampling_params));
+  inputs.push_back(extent_of(draft_params, "draft_params", Elem::sampling_params));
+  inputs.push_back(extent_of(draft_to_target, "draft_to_target", Elem::int32));
+  inputs.push_back(extent_of(unconditional_logits, "unconditional_logits", Elem::float32));
+  inputs.push_back(extent_of(unconditional_first_row, "unconditional_first_row", Elem::int64));
+  inputs.push_back(extent_of(guidance_scale, "guidance_scale", Elem::float32));
+  inputs.push_back(extent_of(allowed_tokens, "allowed_tokens", Elem::bits32));
 }
 
 namespace {
@@ -191,13 +224,30 @@ PyLogitsChainBatch::PyLogitsChainBatch(py::handle offsets_, py::handle tokens, p
   expect_draft_length(draft_logits, fields, vocab_size);
 }
 
-LogitsChainBatch<float> PyLogitsChainBatch::view() const {
-  offsets.check_total();
+PyLogitsChainBatch PyLogitsChainBatch::fresh() const {
+  return {offsets.offsets.source, offsets.draft_tokens.source, target_logits.source,
+          source_or_none(draft_logits), fields.target_params.source, source_or_none(fields.draft_params),
+          source_or_none(fields.draft_to_target), source_or_none(fields.unconditional_logits),
+          source_or_none(fields.unconditional_first_row), source_or_none(fields.guidance_scale),
+          source_or_none(fields.allowed_tokens)};
+}
+
+std::vector<Extent> PyLogitsChainBatch::inputs() const {
+  std::vector<Extent> inputs = {extent_of(offsets.offsets, "draft_offsets", Elem::int32),
+                                extent_of(offsets.draft_tokens, "draft_tokens", Elem::int32),
+                                extent_of(target_logits, "target_logits", Elem::float32),
+                                extent_of(draft_logits, "draft_logits", Elem::float32)};
+  fields.add_inputs(inputs);
+  return inputs;
+}
+
+LogitsChainBatch<float> PyLogitsChainBatch::view() {
+  offsets.snapshot();
   LogitsChainBatch<float> b;
   b.batch_size = batch_size;
   b.vocab_size = vocab_size;
   b.draft_offsets = offsets.data();
-  b.draft_tokens = offsets.draft_tokens.as<const std::int32_t>();
+  b.draft_tokens = offsets.tokens();
   b.target_logits = target_logits.as<const float>();
   b.draft_logits = draft_logits.as<const float>();
   b.target_stride = target_logits.row_stride();
@@ -228,14 +278,32 @@ PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents
   expect_draft_length(draft_logits, fields, vocab_size);
 }
 
-LogitsTreeBatch<float> PyLogitsTreeBatch::view() const {
-  offsets.check_total();
+PyLogitsTreeBatch PyLogitsTreeBatch::fresh() const {
+  return {offsets.offsets.source, parents.source, offsets.draft_tokens.source, target_logits.source,
+          source_or_none(draft_logits), drafted, fields.target_params.source, source_or_none(fields.draft_params),
+          source_or_none(fields.draft_to_target), source_or_none(fields.unconditional_logits),
+          source_or_none(fields.unconditional_first_row), source_or_none(fields.guidance_scale),
+          source_or_none(fields.allowed_tokens)};
+}
+
+std::vector<Extent> PyLogitsTreeBatch::inputs() const {
+  std::vector<Extent> inputs = {extent_of(offsets.offsets, "node_offsets", Elem::int32),
+                                extent_of(parents, "parents", Elem::int32),
+                                extent_of(offsets.draft_tokens, "draft_tokens", Elem::int32),
+                                extent_of(target_logits, "target_logits", Elem::float32),
+                                extent_of(draft_logits, "draft_logits", Elem::float32)};
+  fields.add_inputs(inputs);
+  return inputs;
+}
+
+LogitsTreeBatch<float> PyLogitsTreeBatch::view() {
+  offsets.snapshot();
   LogitsTreeBatch<float> b;
   b.batch_size = batch_size;
   b.vocab_size = vocab_size;
   b.node_offsets = offsets.data();
-  b.parents = parents.as<const std::int32_t>();
-  b.draft_tokens = offsets.draft_tokens.as<const std::int32_t>();
+  b.parents = snapshot(parents, parents_copy);
+  b.draft_tokens = offsets.tokens();
   b.target_logits = target_logits.as<const float>();
   b.draft_logits = draft_logits.as<const float>();
   b.target_stride = target_logits.row_stride();
@@ -267,8 +335,25 @@ PyOutput::PyOutput(py::handle tokens_, py::handle num_accepted_, py::handle acce
   }
 }
 
+std::vector<Extent> PyOutput::outputs() const {
+  return {extent_of(tokens, "tokens", Elem::int32), extent_of(num_accepted, "num_accepted", Elem::int32),
+          extent_of(accepted_nodes, "accepted_nodes", Elem::int32), extent_of(logprobs, "logprobs", Elem::float32)};
+}
+
 void PyOutput::expect_batch(std::int32_t batch_size) const {
   expect_extent(tokens, "tokens", 0, batch_size, "the batch has B = " + std::to_string(batch_size) + " sequences");
+}
+
+PyRandomness PyRandomness::fresh() const {
+  return {seed, offset, again(sequence_seeds, "sequence_seeds", Elem::seed64, 1),
+          again(accept_uniforms, "accept_uniforms", Elem::float32, 1),
+          again(sample_uniforms, "sample_uniforms", Elem::float32, 1), again(positions, "positions", Elem::int64, 1)};
+}
+
+std::vector<Extent> PyRandomness::inputs() const {
+  return {extent_of(sequence_seeds, "sequence_seeds", Elem::seed64),
+          extent_of(accept_uniforms, "accept_uniforms", Elem::float32),
+          extent_of(sample_uniforms, "sample_uniforms", Elem::float32), extent_of(positions, "positions", Elem::int64)};
 }
 
 Randomness PyRandomness::view(std::int64_t batch_size, std::int64_t drafts) const {

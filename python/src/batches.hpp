@@ -1,15 +1,21 @@
-// The Python batch, output and randomness objects: each views its arrays once (shapes checked
-// against each other at construction) and builds its C++ struct per call with view() (checks that
-// read data, such as the offsets' total, happen then, with the GIL held).
+// The Python batch, output and randomness objects: each views its arrays at construction (shapes
+// checked against each other, so mistakes show early), and every verify views them again with
+// fresh() (a caller may have resized an array since) and builds its C++ struct from that with
+// view(), with the GIL held. view() copies what the library reads as indices (offsets, tokens,
+// parents, row numbers, the draft map) and the sampling parameters: the rule is that inputs do not
+// change during a call, and a thread that breaks it while verify runs without the GIL can change
+// the rows read, never the indices validated.
 //
-// A batch type is a struct with batch_size, drafts() (entries indexed like draft_tokens), view()
-// and kShape (whether rules that cut chains apply to it).
+// A batch type is a struct with batch_size, drafts() (entries indexed like draft_tokens), fresh(),
+// inputs() (extents of the arrays it reads), view() and kShape (whether rules that cut chains
+// apply to it).
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <specverify/specverify.hpp>
 
@@ -20,11 +26,21 @@ namespace specverify::python {
 /// Chains or trees: SpecDecPP (which decides chain lengths) has no tree form.
 enum class Shape { chain, tree };
 
+/// The call's own copy of a 1-D array (contiguous, as as_array requires), or nullptr when absent.
+template <class T>
+const T* snapshot(const Array& a, std::vector<T>& copy) {
+  if (!a.present()) return nullptr;
+  const T* data = a.as<const T>();
+  copy.assign(data, data + a.rows());
+  return copy.data();
+}
+
 /// draft_offsets (chains) or node_offsets (trees) int32 [B+1] and draft_tokens int32 [N].
 struct PyOffsets {
   Array offsets, draft_tokens;
   const char* offsets_name;
   std::int32_t batch_size = 0;
+  std::vector<std::int32_t> offsets_copy, tokens_copy;  // view()'s snapshot
 
   PyOffsets(py::handle offsets_, py::handle tokens, const char* name)
       : offsets(as_array(offsets_, name, Elem::int32, 1)),
@@ -35,10 +51,18 @@ struct PyOffsets {
   }
 
   std::int64_t drafts() const { return draft_tokens.rows(); }
-  const std::int32_t* data() const { return offsets.as<const std::int32_t>(); }
+  /// The offsets as snapshot() copied them.
+  const std::int32_t* data() const { return offsets_copy.data(); }
+  const std::int32_t* tokens() const { return tokens_copy.empty() ? nullptr : tokens_copy.data(); }
 
-  /// Read at every call: the caller may have rewritten the offsets since construction. The C++
-  /// side validates the offsets themselves.
+  /// Copies the offsets and tokens for this call, and checks the offsets' total (the caller may
+  /// have rewritten the offsets since construction; the C++ side validates the offsets
+  /// themselves).
+  void snapshot() {
+    python::snapshot(offsets, offsets_copy);
+    python::snapshot(draft_tokens, tokens_copy);
+    check_total();
+  }
   void check_total() const {
     const std::int32_t total = data()[batch_size];
     if (batch_size > 0 && total != drafts()) {
@@ -79,7 +103,9 @@ struct PyChainBatch {
 
   PyChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft, py::handle row_max);
   std::int64_t drafts() const { return offsets.drafts(); }
-  ChainBatch<float> view() const;
+  PyChainBatch fresh() const;
+  std::vector<Extent> inputs() const;
+  ChainBatch<float> view();
 };
 
 /// TreeBatch: node_offsets int32 [B+1], parents int32 [N], draft_tokens int32 [N], target_probs
@@ -92,10 +118,14 @@ struct PyTreeBatch {
   std::int32_t batch_size = 0;
   std::int32_t vocab_size = 0;
 
+  std::vector<std::int32_t> parents_copy;
+
   PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
               py::handle draft, Drafted drafted_);
   std::int64_t drafts() const { return offsets.drafts(); }
-  TreeBatch<float> view() const;
+  PyTreeBatch fresh() const;
+  std::vector<Extent> inputs() const;
+  TreeBatch<float> view();
 };
 
 /// What LogitsChainBatch and LogitsTreeBatch add to their layouts: sampling parameters, the
@@ -104,6 +134,9 @@ struct PyLogitsFields {
   Array target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
       guidance_scale, allowed_tokens;
   std::int32_t draft_vocab_size = 0;  // 0: the target's
+  std::vector<SamplingParams> target_params_copy, draft_params_copy;
+  std::vector<std::int32_t> draft_to_target_copy;
+  std::vector<std::int64_t> first_row_copy;
 
   PyLogitsFields(py::handle target_params_, py::handle draft_params_, py::handle draft_to_target_,
                  py::handle unconditional_logits_, py::handle unconditional_first_row_,
@@ -115,9 +148,10 @@ struct PyLogitsFields {
     return draft_vocab_size > 0 ? draft_vocab_size : vocab_size;
   }
   /// Every guided sequence's k_b + 1 rows lie within unconditional_logits (C++ cannot know its
-  /// length), then the fields into the C++ batch.
+  /// length), then the fields into the C++ batch (the parameters, draft map and first rows copied).
   template <class CppBatch>
-  void fill(CppBatch& batch, const PyOffsets& offsets) const;
+  void fill(CppBatch& batch, const PyOffsets& offsets);
+  void add_inputs(std::vector<Extent>& inputs) const;
 };
 
 /// LogitsChainBatch: ChainBatch's layout with rows of logits, target_logits float32 [N+B, V],
@@ -135,7 +169,9 @@ struct PyLogitsChainBatch {
                      py::handle unconditional_logits, py::handle unconditional_first_row,
                      py::handle guidance_scale, py::handle allowed_tokens);
   std::int64_t drafts() const { return offsets.drafts(); }
-  LogitsChainBatch<float> view() const;
+  PyLogitsChainBatch fresh() const;
+  std::vector<Extent> inputs() const;
+  LogitsChainBatch<float> view();
 };
 
 /// LogitsTreeBatch: TreeBatch's layout with rows of logits (draft_logits float32 [N+B, Vd] or
@@ -149,12 +185,16 @@ struct PyLogitsTreeBatch {
   std::int32_t batch_size = 0;
   std::int32_t vocab_size = 0;
 
+  std::vector<std::int32_t> parents_copy;
+
   PyLogitsTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
                     py::handle draft, Drafted drafted_, py::handle target_params, py::handle draft_params,
                     py::handle draft_to_target, py::handle unconditional_logits,
                     py::handle unconditional_first_row, py::handle guidance_scale, py::handle allowed_tokens);
   std::int64_t drafts() const { return offsets.drafts(); }
-  LogitsTreeBatch<float> view() const;
+  PyLogitsTreeBatch fresh() const;
+  std::vector<Extent> inputs() const;
+  LogitsTreeBatch<float> view();
 };
 
 /// ChainOutput / TreeOutput: tokens int32 [B, row_width] with adjacent rows, num_accepted int32
@@ -165,11 +205,13 @@ struct PyOutput {
   PyOutput(py::handle tokens_, py::handle num_accepted_, py::handle accepted_nodes_, py::handle logprobs_);
   std::int32_t row_width() const { return static_cast<std::int32_t>(tokens.shape[1]); }
   void expect_batch(std::int32_t batch_size) const;
+  std::vector<Extent> outputs() const;
 };
 
 struct PyChainOutput : PyOutput {
   PyChainOutput(py::handle tokens_, py::handle num_accepted_, py::handle logprobs_)
       : PyOutput(tokens_, num_accepted_, py::none(), logprobs_) {}
+  PyChainOutput fresh() const { return {tokens.source, num_accepted.source, source_or_none(logprobs)}; }
   ChainOutput view(std::int32_t batch_size) const {
     expect_batch(batch_size);
     return {tokens.as<std::int32_t>(), row_width(), num_accepted.as<std::int32_t>(), logprobs.as<float>()};
@@ -178,6 +220,9 @@ struct PyChainOutput : PyOutput {
 
 struct PyTreeOutput : PyOutput {
   using PyOutput::PyOutput;
+  PyTreeOutput fresh() const {
+    return {tokens.source, num_accepted.source, source_or_none(accepted_nodes), source_or_none(logprobs)};
+  }
   TreeOutput view(std::int32_t batch_size) const {
     expect_batch(batch_size);
     return {tokens.as<std::int32_t>(), row_width(), num_accepted.as<std::int32_t>(),
@@ -192,6 +237,8 @@ struct PyRandomness {
   std::uint64_t offset = 0;
   Array sequence_seeds, accept_uniforms, sample_uniforms, positions;
 
+  PyRandomness fresh() const;
+  std::vector<Extent> inputs() const;
   Randomness view(std::int64_t batch_size, std::int64_t drafts) const;
 };
 

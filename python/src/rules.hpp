@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include <specverify/specverify.hpp>
 
@@ -19,6 +20,9 @@ struct PySprinter {
   float eta = 0.5f;
   Array verifier_scores;
 
+  PySprinter fresh() const {
+    return {eta, again(verifier_scores, "Sprinter.verifier_scores", Elem::float32, 1)};
+  }
   Sprinter build(std::int64_t drafts) const {
     if (verifier_scores.present()) {
       expect_extent(verifier_scores, "Sprinter.verifier_scores", 0, drafts,
@@ -35,6 +39,9 @@ struct PySpecDecPP {
   Array accept_probs;
   py::object inner;
 
+  PySpecDecPP fresh() const {
+    return {threshold, again(accept_probs, "SpecDecPP.accept_probs", Elem::float32, 1), inner};
+  }
   const float* probs(std::int64_t drafts) const {
     if (accept_probs.present()) {
       expect_extent(accept_probs, "SpecDecPP.accept_probs", 0, drafts,
@@ -66,7 +73,10 @@ decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
   if (py::isinstance<Ears>(rule)) return fn(rule.cast<Ears>());
   if (py::isinstance<Fsd>(rule)) return fn(rule.cast<Fsd>());
   if (py::isinstance<ReducibleFsd>(rule)) return fn(rule.cast<ReducibleFsd>());
-  if (py::isinstance<PySprinter>(rule)) return fn(rule.cast<const PySprinter&>().build(drafts));
+  if (py::isinstance<PySprinter>(rule)) {
+    const PySprinter now = rule.cast<const PySprinter&>().fresh();  // its scores as they are now
+    return fn(now.build(drafts));
+  }
   if (py::isinstance<Coupled>(rule)) return fn(rule.cast<Coupled>());
   if constexpr (kOuter) {
     if (py::isinstance<Block>(rule)) {
@@ -84,7 +94,7 @@ decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
             "specverify: SpecDecPP has no tree form (it decides where a chain stops); verify it with a "
             "ChainBatch or LogitsChainBatch");
       } else {
-        const auto& s = rule.cast<const PySpecDecPP&>();
+        const PySpecDecPP s = rule.cast<const PySpecDecPP&>().fresh();
         const float* probs = s.probs(drafts);
         return with_rule<kShape, false>(s.inner, drafts, [&](const auto& inner) {
           using Inner = std::decay_t<decltype(inner)>;
@@ -96,6 +106,18 @@ decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
   throw py::type_error(std::string("specverify: ") + (kOuter ? "rule" : "SpecDecPP.inner") +
                        " must be one of " + (kOuter ? kRuleNames : kInnerRuleNames) + ", got " +
                        std::string(py::str(py::type::handle_of(rule).attr("__name__"))));
+}
+
+/// Extents of the arrays a rule object holds (and its inner rule's), as they are now.
+inline void add_rule_inputs(py::handle rule, std::vector<Extent>& inputs) {
+  if (py::isinstance<PySprinter>(rule)) {
+    inputs.push_back(extent_of(rule.cast<const PySprinter&>().fresh().verifier_scores, "Sprinter.verifier_scores",
+                               Elem::float32));
+  } else if (py::isinstance<PySpecDecPP>(rule)) {
+    const PySpecDecPP s = rule.cast<const PySpecDecPP&>().fresh();
+    inputs.push_back(extent_of(s.accept_probs, "SpecDecPP.accept_probs", Elem::float32));
+    add_rule_inputs(s.inner, inputs);
+  }
 }
 
 /// Binds the rule classes and the Divergence enum.

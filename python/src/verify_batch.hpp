@@ -4,8 +4,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <climits>
 #include <cstdint>
-#include <type_traits>
+#include <string>
+#include <vector>
 
 #include <specverify/specverify.hpp>
 
@@ -14,36 +16,48 @@
 
 namespace specverify::python {
 
-/// Builds the C++ views (all checks, with the GIL), then runs without the GIL. The Python objects
-/// stay referenced by the call's arguments, so the arrays they hold outlive it.
+/// max_threads as the C++ options take it: any Python int that fits in int32 (a negative one is
+/// the C++ library's invalid_input, as in C++).
+inline std::int32_t thread_cap(const py::int_& max_threads) {
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(max_threads.ptr(), &overflow);
+  if (overflow != 0 || n < INT32_MIN || n > INT32_MAX) {
+    reject("max_threads = ", std::string(py::repr(max_threads)), " does not fit in int32");
+  }
+  return static_cast<std::int32_t>(n);
+}
+
+/// Views every array as it is now (a caller may have resized one since its object was built),
+/// refuses outputs that share memory with an input or another output, builds the C++ views with
+/// their copies of the indices (all with the GIL), then runs without the GIL. The fresh views hold
+/// the arrays' exporters until the call returns.
 template <class PyBatch, class PyOut>
 VerifyStats verify_batch(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
-                         const PyOut& out, std::int32_t max_threads) {
-  if (max_threads < 0) reject("max_threads = ", std::to_string(max_threads), " must be >= 0");
-  const auto batch_view = batch.view();
-  const auto out_view = out.view(batch.batch_size);
-  const Randomness random_view = randomness.view(batch.batch_size, batch.drafts());
-  return with_rule<PyBatch::kShape>(rule, batch.drafts(), [&](const auto& cpp_rule) {
-    using Rule = std::decay_t<decltype(cpp_rule)>;
-    // The C++ library checks this for logits batches only; over probability rows it would read
-    // through the null pointer (reported upstream).
-    if constexpr (rule_traits<Rule>::on_reject == Draw::coupled) {
-      if (!random_view.positions) {
-        throw invalid_input("specverify::verify: randomness.positions is null (Coupled keys its samples by position)");
-      }
-    }
+                         const PyOut& out, const py::int_& max_threads) {
+  const std::int32_t threads = thread_cap(max_threads);
+  PyBatch batch_now = batch.fresh();
+  const PyOut out_now = out.fresh();
+  const PyRandomness random_now = randomness.fresh();
+  std::vector<Extent> inputs = batch_now.inputs();
+  for (const Extent& e : random_now.inputs()) inputs.push_back(e);
+  add_rule_inputs(rule, inputs);
+  expect_apart(out_now.outputs(), inputs);
+  const auto batch_view = batch_now.view();
+  const auto out_view = out_now.view(batch_now.batch_size);
+  const Randomness random_view = random_now.view(batch_now.batch_size, batch_now.drafts());
+  return with_rule<PyBatch::kShape>(rule, batch_now.drafts(), [&](const auto& cpp_rule) {
     py::gil_scoped_release release;
-    return specverify::verify(cpp_rule, batch_view, random_view, out_view, CpuOptions{max_threads});
+    return specverify::verify(cpp_rule, batch_view, random_view, out_view, CpuOptions{threads});
   });
 }
 
 VerifyStats verify_chains(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
-                          const PyChainOutput& out, std::int32_t max_threads);
+                          const PyChainOutput& out, const py::int_& max_threads);
 VerifyStats verify_logits_chains(py::handle rule, const PyLogitsChainBatch& batch, const PyRandomness& randomness,
-                                 const PyChainOutput& out, std::int32_t max_threads);
+                                 const PyChainOutput& out, const py::int_& max_threads);
 VerifyStats verify_trees(py::handle rule, const PyTreeBatch& batch, const PyRandomness& randomness,
-                         const PyTreeOutput& out, std::int32_t max_threads);
+                         const PyTreeOutput& out, const py::int_& max_threads);
 VerifyStats verify_logits_trees(py::handle rule, const PyLogitsTreeBatch& batch, const PyRandomness& randomness,
-                                const PyTreeOutput& out, std::int32_t max_threads);
+                                const PyTreeOutput& out, const py::int_& max_threads);
 
 }  // namespace specverify::python

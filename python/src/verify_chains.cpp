@@ -4,7 +4,7 @@
 namespace specverify::python {
 
 VerifyStats verify_chains(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
-                          const PyChainOutput& out, std::int32_t max_threads) {
+                          const PyChainOutput& out, const py::int_& max_threads) {
   return verify_batch(rule, batch, randomness, out, max_threads);
 }
 

@@ -4,7 +4,7 @@
 namespace specverify::python {
 
 VerifyStats verify_trees(py::handle rule, const PyTreeBatch& batch, const PyRandomness& randomness,
-                         const PyTreeOutput& out, std::int32_t max_threads) {
+                         const PyTreeOutput& out, const py::int_& max_threads) {
   return verify_batch(rule, batch, randomness, out, max_threads);
 }
 

@@ -54,13 +54,16 @@ enum class Check : std::uint8_t {
   row_value,          // name: "target row" or "draft row", a: the row, c: the token, value
   row_max,            // a: the row, value
   no_mass,            // name: the row's kind, a: the row
-  too_many_children,  // a: kMaxSiblings
+  too_many_children,  // a: the siblings the backend's rows hold (a CUDA block's fixed room)
   logit_value,        // name: "target logits row" or "draft logits row", a: the row, c: the index, value
   no_kept_token,      // a: the target logits row
   draft_map_range,    // a: the draft id, c: its target id outside [0, vocab_size)
   draft_map_twice,    // a: the draft id, c: the target id a lower draft id already maps to
   guidance_row,       // a: unconditional_first_row[b]
   guidance_scale,     // value: guidance_scale[b]
+  drafted,            // a: the value of a tree batch's `drafted`, outside the enum
+  guidance_overflow,  // a: unconditional_first_row[b], c: the unconditional rows' stride
+  guided_logit,       // a: the target logits row, c: the index, value: u + s (l - u), other: s
 };
 
 /// The stages of the order above: a lower stage is reported first.
@@ -80,6 +83,7 @@ struct Finding {
   std::int32_t item = 0;      // the position or node
   std::int64_t a = 0, c = 0;
   double value = 0;
+  double other = 0;  // a second value where a check names one (guided_logit: the scale)
   char name[40] = {};
 
   SPECVERIFY_HD explicit operator bool() const { return check != Check::none; }
@@ -265,6 +269,10 @@ struct BatchChecks<TreeBatch<Prob>> : NoSequenceHead {
 
   static Finding shape(const Batch& batch) {
     if (Finding f = check_pointer(batch.target_probs, "target_probs")) return f;
+    const auto drafted = static_cast<int>(batch.drafted);
+    if (drafted < 0 || drafted > static_cast<int>(Drafted::deterministic)) {
+      return batch_finding(Check::drafted, Stage::shape).ints(drafted);
+    }
     if (batch.drafted != Drafted::deterministic && !batch.draft_probs) {
       return batch_finding(Check::q_needed, Stage::shape);
     }
@@ -387,7 +395,7 @@ SPECVERIFY_HD inline Finding from_fault(const Fault& f, std::int32_t b, Place it
   switch (f.kind) {
     case FaultKind::bad_row_max: r.check = Check::row_max; break;
     case FaultKind::target_no_mass: r.check = Check::no_mass; break;
-    case FaultKind::too_many_children: r.check = Check::too_many_children; r.ints(kMaxSiblings); break;
+    case FaultKind::too_many_children: r.check = Check::too_many_children; r.ints(f.column); break;
     default: break;
   }
   return r;

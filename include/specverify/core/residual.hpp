@@ -15,9 +15,25 @@
 
 namespace specverify::core {
 
-/// Rejected siblings one node's residual can absorb; more children than this at a node whose
-/// rule draws from the residual is invalid input.
-inline constexpr std::int32_t kMaxSiblings = 64;
+/// Room for the siblings one node's residual absorbs, in the backend's rows: a node has at most
+/// as many rejected children as its sequence has nodes, so the walk asks for that much
+/// (Rows::siblings) at the first sibling it absorbs; the room is reused from node to node.
+struct Siblings {
+  std::int32_t capacity = 0;
+  std::int32_t* token{};     // [capacity]: c_1 .. c_steps
+  double* scale{};           // [capacity]: q_i = scale_i * q off the earlier siblings (without replacement)
+  double* inv_mass{};        // [capacity]: 1 / Z_i
+  std::int32_t* sorted{};    // [capacity + 1] or nullptr: scratch where a backend may sort the tokens
+};
+
+/// Fixed room for N siblings, for rows that cannot grow (a CUDA block: each thread keeps a copy).
+template <std::int32_t N>
+struct FixedSiblings {
+  std::int32_t token[N];
+  double scale[N];
+  double inv_mass[N];
+  SPECVERIFY_HD Siblings room() { return {N, token, scale, inv_mass, nullptr}; }
+};
 
 template <class View>
 struct Residual {
@@ -25,10 +41,8 @@ struct Residual {
   double p_scale = 1;  // s in r_1 = s * p: 1 but in block verification's residual (trees never scale)
   bool has_q = false;  // false: every q_i is one-hot on its child
   Drafted drafted = Drafted::sampled;
-  std::int32_t steps = 0;              // siblings absorbed so far
-  std::int32_t token[kMaxSiblings]{};  // c_1 .. c_steps
-  double scale[kMaxSiblings]{};        // q_i = scale_i * q off the earlier siblings (without replacement)
-  double inv_mass[kMaxSiblings]{};     // 1 / Z_i
+  std::int32_t steps = 0;  // siblings absorbed so far, in `siblings`
+  Siblings siblings{};     // token, scale, inv_mass of c_1 .. c_steps
   double removed = 0;                  // q(c_1) + ... + q(c_steps), for the without-replacement scale
   double q_total = 1;                  // sum_v q(v), summed at the first absorb (without replacement):
                                        //   1 - removed is rounding noise once siblings hold most of q
@@ -39,13 +53,13 @@ struct Residual {
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD double q_at(Rows& rows, std::int32_t i, std::int32_t current, std::int32_t v) const {
-    const std::int32_t c = i < steps ? token[i] : current;
+    const std::int32_t c = i < steps ? siblings.token[i] : current;
     if (!has_q) return v == c ? 1.0 : 0.0;
     if (drafted != Drafted::sampled_without_replacement) return rows.value(q, v);
     for (std::int32_t s = 0; s < i; ++s) {
-      if (token[s] == v) return 0.0;
+      if (siblings.token[s] == v) return 0.0;
     }
-    return (i < steps ? scale[i] : current_scale()) * rows.value(q, v);
+    return (i < steps ? siblings.scale[i] : current_scale()) * rows.value(q, v);
   }
   SPECVERIFY_HD double current_scale() const { return removed < q_total ? 1.0 / (q_total - removed) : 0.0; }
 
@@ -56,7 +70,7 @@ struct Residual {
     double r = p_scale * rows.value(p, v);
     for (std::int32_t s = 0; s < steps; ++s) {
       const double d = r - q_at(rows, s, -1, v);
-      r = d > 0 ? d * inv_mass[s] : 0.0;
+      r = d > 0 ? d * siblings.inv_mass[s] : 0.0;
     }
     return r;
   }
@@ -71,11 +85,11 @@ struct Residual {
     return d > 0 ? d : 0.0;
   }
 
-  /// Absorbs the rejected child `current` whose step left mass `z` (> 0).
+  /// Absorbs the rejected child `current` whose step left mass `z` (> 0); steps < siblings.capacity.
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD void absorb(Rows& rows, std::int32_t current, double z) {
-    scale[steps] = current_scale();  // the scale the mass z was computed with
+    siblings.scale[steps] = current_scale();  // the scale the mass z was computed with
     if (has_q && drafted == Drafted::sampled_without_replacement) {
       if (steps == 0) {  // the q row's mass, by the backend's mass pass over q as a residual
         Residual<View> row;
@@ -84,8 +98,8 @@ struct Residual {
       }
       removed += rows.value(q, current);
     }
-    token[steps] = current;
-    inv_mass[steps] = 1.0 / z;
+    siblings.token[steps] = current;
+    siblings.inv_mass[steps] = 1.0 / z;
     ++steps;
   }
 };

@@ -86,6 +86,17 @@ inline std::string message(const Finding& f) {
       break;
     case Check::guidance_row: m << "unconditional_first_row = " << f.a << " must be -1 or a row"; break;
     case Check::guidance_scale: m << "guidance_scale = " << f.value << " must be finite"; break;
+    case Check::drafted:
+      m << "drafted = " << f.a << " is not a Drafted value (sampled, sampled_without_replacement, deterministic)";
+      break;
+    case Check::guided_logit:
+      m << "guidance gives " << f.value << " at index " << f.c << " of target logits row " << f.a
+        << " (u + s (l - u) with guidance_scale s = " << f.other << " must stay finite)";
+      break;
+    case Check::guidance_overflow:
+      m << "unconditional_first_row = " << f.a << " with its rows at unconditional_stride = " << f.c
+        << " overflows the address range";
+      break;
   }
   return m.str();
 }

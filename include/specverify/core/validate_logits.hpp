@@ -54,13 +54,28 @@ SPECVERIFY_HD inline Finding draft_map_finding(std::int32_t d, std::int64_t v, s
   return batch_finding(range ? Check::draft_map_range : Check::draft_map_twice, Stage::draft_map).ints(d, v);
 }
 
-/// Sequence b's guidance: its first unconditional row and, where it has rows, a finite scale.
-SPECVERIFY_HD inline Finding guidance_finding(std::int64_t first, float scale, std::int32_t b) {
+/// Sequence b's guidance: its first unconditional row, its `rows` rows (k_b + 1) at `stride`
+/// (0: vocab_size) addressable by int64, and, where it has rows, a finite scale.
+SPECVERIFY_HD inline Finding guidance_finding(std::int64_t first, float scale, std::int32_t b, std::int64_t rows,
+                                              std::int64_t stride, std::int32_t vocab_size) {
   if (first < -1) return sequence_finding(Check::guidance_row, Stage::guidance, b).ints(first);
-  if (first >= 0 && !std::isfinite(scale)) {
-    return sequence_finding(Check::guidance_scale, Stage::guidance, b).of(scale);
+  if (first < 0) return {};
+  const std::int64_t s = stride ? stride : vocab_size;
+  if (first > INT64_MAX - rows || s > (INT64_MAX - vocab_size) / (first + rows)) {
+    return sequence_finding(Check::guidance_overflow, Stage::guidance, b).ints(first, s);
   }
+  if (!std::isfinite(scale)) return sequence_finding(Check::guidance_scale, Stage::guidance, b).of(scale);
   return {};
+}
+
+/// Sequence b's rows (k_b + 1 target rows, as many unconditional ones).
+template <class Logit>
+SPECVERIFY_HD std::int64_t sequence_rows(const LogitsChainBatch<Logit>& batch, std::int32_t b) {
+  return std::int64_t{batch.draft_offsets[b + 1]} - batch.draft_offsets[b] + 1;
+}
+template <class Logit>
+SPECVERIFY_HD std::int64_t sequence_rows(const LogitsTreeBatch<Logit>& batch, std::int32_t b) {
+  return std::int64_t{batch.node_offsets[b + 1]} - batch.node_offsets[b] + 1;
 }
 
 /// The draft rows of a batch (`rows` of them) stay addressable by int64 at draft_stride.
@@ -113,6 +128,27 @@ SPECVERIFY_HD inline Finding logits_fault_finding(const Fault& f, std::int32_t b
   return finding;
 }
 
+/// A bad logit the naming found in a guided target row, where the logit l itself is fine: a NaN
+/// or +inf unconditional logit u is named in its own row, else guidance overflowed and the
+/// guided value and the scale are named.
+SPECVERIFY_HD_TEMPLATE
+template <class Source>
+SPECVERIFY_HD void name_guidance_fault(Finding& finding, const Fault& f, std::int32_t b, const Source& source) {
+  if (f.kind != FaultKind::bad_value || f.target_row < 0 || f.column < 0) return;
+  const auto row = source.target_row(b, f.target_row);
+  if (!row.unconditional) return;
+  const float l = static_cast<float>(row.logits[f.column]), u = static_cast<float>(row.unconditional[f.column]);
+  if (!(l < kInf)) return;
+  if (!(u < kInf)) {
+    const std::int64_t j = f.target_row - (std::int64_t{source.offsets[b]} + b);
+    finding.named("unconditional logits row").ints(source.unconditional_first_row[b] + j, f.column).of(u);
+    return;
+  }
+  finding.check = Check::guided_logit;
+  finding.value = fused(row.guidance_scale, l - u, u);
+  finding.other = row.guidance_scale;
+}
+
 template <class Batch>
 void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<std::int32_t>& target_to_draft) {
   const std::int32_t B = batch.batch_size;
@@ -150,7 +186,8 @@ void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<s
     }
     for (std::int32_t b = 0; b < B; ++b) {
       const std::int64_t first = batch.unconditional_first_row[b];
-      raise_if(guidance_finding(first, batch.guidance_scale[b], b));
+      raise_if(guidance_finding(first, batch.guidance_scale[b], b, sequence_rows(batch, b),
+                                batch.unconditional_stride, batch.vocab_size));
     }
   }
 }
@@ -200,7 +237,9 @@ template <class Layout, class Batch, class Source>
 [[noreturn]] void report_logits(const Fault& fault, std::int32_t b, const Batch&, const Source& source) {
   Fault f = fault;
   name_bad_value(f, b, source, [](const auto& row, float& value) { return detail::first_bad_logit(row, value); });
-  raise(detail::logits_fault_finding(f, b, std::is_same_v<Layout, ChainLayout> ? Place::position : Place::node));
+  Finding finding = detail::logits_fault_finding(f, b, std::is_same_v<Layout, ChainLayout> ? Place::position : Place::node);
+  detail::name_guidance_fault(finding, f, b, source);
+  raise(finding);
 }
 
 }  // namespace specverify::core

@@ -20,7 +20,8 @@
 //     R<std::int32_t> draw_target(const View& p, float u);   // value -1: no mass to draw from
 //     R<double> mass(const Residual<View>&, std::int32_t x);  // after rejecting sibling x
 //     R<std::int32_t> draw(const Residual<View>&, std::int32_t x, float u);
-//   };
+//     Siblings siblings(std::int32_t count);       // room for `count` absorbed siblings (or less,
+//   };                                             //   if the rows cannot grow)
 //
 // Nothing is written but the optional logprob stage: the outcome is returned, so the host can
 // validate a whole batch before any output changes.
@@ -44,7 +45,7 @@ enum class FaultKind : std::uint8_t {
   bad_value,         // NaN, infinite or negative probability (or NaN / +inf logit) in a row read
   bad_row_max,       // target_row_max entry that is NaN, infinite or negative
   target_no_mass,    // a target row to draw from (or take the argmax of) has no mass
-  too_many_children, // more rejected siblings at one node than kMaxSiblings
+  too_many_children, // more rejected siblings at one node than fixed rows hold (column: their room)
 };
 
 struct Fault {
@@ -264,8 +265,12 @@ SPECVERIFY_HD WalkResult walk_each(const Rule& rule, const Layout& layout, const
         }
         break;
       }
-      // Residual rules: absorb the rejected sibling before testing the next one.
-      if (residual.steps == kMaxSiblings) return detail::fail(r, FaultKind::too_many_children, depth, c, p_row, -1);
+      // Residual rules: absorb the rejected sibling before testing the next one. A node has
+      // fewer children than its sequence has nodes; only rows of fixed room can run out.
+      if (residual.steps == 0) residual.siblings = rows.siblings(r.drafted);
+      if (residual.steps == residual.siblings.capacity) {
+        return detail::fail(r, FaultKind::too_many_children, depth, c, p_row, -1, residual.siblings.capacity);
+      }
       const auto z = rows.mass(residual, at.token);
       if (!z.ok) return detail::fail(r, FaultKind::bad_value, depth, c, p_row, q_row);
       if (z.value > 0) residual.absorb(rows, at.token, z.value);  // no mass left: r_i = q_i, keep r_i

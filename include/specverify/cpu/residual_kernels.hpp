@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "specverify/core/residual.hpp"
 #include "specverify/core/row_math.hpp"
@@ -42,22 +43,24 @@ class ResidualWeights {
   static constexpr bool kWithoutReplacement = M == SiblingDraft::without_replacement;
   static_assert(WF == 2 * W, "a float vector widens into two double vectors");
 
+  ResidualWeights(const ResidualWeights&) = delete;  // special_ may point at alone_
+  ResidualWeights& operator=(const ResidualWeights&) = delete;
   ResidualWeights(const core::Residual<const float*>& r, std::int32_t current, std::int32_t n)
-      : r_(r), current_(current), n_(n), q_(M == SiblingDraft::one_hot ? nullptr : r.q) {
+      : r_(r), current_(current), n_(n), q_(M == SiblingDraft::one_hot ? nullptr : r.q), special_(r.steps > 0 ? r.siblings.sorted : &alone_) {
     alignas(64) double lanes[W];
     for (std::int32_t l = 0; l < W; ++l) lanes[l] = l;
     iota_ = D::load_aligned(lanes);
     // Tokens whose vectors need the general path: every sibling for one-hot drafts (q_s is 1
     // there), the absorbed ones without replacement (q_s is 0 there), none for sampled.
     if (M != SiblingDraft::sampled) {
-      for (std::int32_t s = 0; s < r.steps; ++s) special_[specials_++] = r.token[s];
+      for (std::int32_t s = 0; s < r.steps; ++s) special_[specials_++] = r.siblings.token[s];
       if (M == SiblingDraft::one_hot && current >= 0) special_[specials_++] = current;
       std::sort(special_, special_ + specials_);
     }
     // The collapsed steps: S and P after the absorbed siblings, then the current one's step.
     for (std::int32_t s = 0; s < r.steps; ++s) {
-      if (M != SiblingDraft::one_hot) shift_ += (M == SiblingDraft::sampled ? 1.0 : r.scale[s]) / scale_;
-      scale_ *= r.inv_mass[s];
+      if (M != SiblingDraft::one_hot) shift_ += (M == SiblingDraft::sampled ? 1.0 : r.siblings.scale[s]) / scale_;
+      scale_ *= r.siblings.inv_mass[s];
     }
     if (current >= 0 && M != SiblingDraft::one_hot) {
       shift_ += (M == SiblingDraft::sampled ? 1.0 : r.current_scale()) / scale_;
@@ -133,10 +136,10 @@ class ResidualWeights {
     D r = D::load_unaligned(p);
     Mask removed(false);  // c_1 .. c_{s-1} (without replacement)
     for (std::int32_t s = 0; s < r_.steps; ++s) {
-      const Mask sibling = index == D(static_cast<double>(r_.token[s]));
-      const D d = r - step_q(qv, sibling, removed, r_.scale[s]);
+      const Mask sibling = index == D(static_cast<double>(r_.siblings.token[s]));
+      const D d = r - step_q(qv, sibling, removed, r_.siblings.scale[s]);
       removed = removed | sibling;
-      r = xsimd::select(d > zero, d * D(r_.inv_mass[s]), zero);
+      r = xsimd::select(d > zero, d * D(r_.siblings.inv_mass[s]), zero);
     }
     if (current_ < 0) return r;
     const Mask sibling = index == D(static_cast<double>(current_));
@@ -156,7 +159,8 @@ class ResidualWeights {
   std::int32_t n_;
   const float* q_;
   D iota_;
-  std::int32_t special_[core::kMaxSiblings + 1]{};
+  std::int32_t alone_ = 0;  // the one special token before any sibling was absorbed
+  std::int32_t* special_;  // tokens in order: in alone_, or in the residual's siblings.sorted
   std::int32_t specials_ = 0;
   mutable std::int32_t cursor_ = 0;
   double shift_ = 0.0;  // S: how many q's the collapsed steps subtract from p
@@ -246,20 +250,25 @@ struct OneHotSums {
   const float* p = nullptr;
   std::int32_t n = 0, steps = 0, chunks = 0, first = -1;
   double first_mass = 0;  // the first pass's mass: the walk absorbs that sibling with 1 / it
-  std::int32_t token[core::kMaxSiblings]{};
-  double inv_mass[core::kMaxSiblings]{};
+  std::vector<std::int32_t> token;  // the siblings recorded so far, grown as a node absorbs them
+  std::vector<double> inv_mass;
   double raw[kMaxChunks]{};
 
   /// Whether the sums belong to r's node; records r's siblings when they do.
   bool serve(const core::Residual<const float*>& r, std::int32_t size) {
-    if (residual != &r || p != r.p || n != size || r.steps < steps || r.steps < 1 || r.token[0] != first ||
-        r.inv_mass[0] != 1.0 / first_mass) {
+    const core::Siblings& given = r.siblings;
+    if (residual != &r || p != r.p || n != size || r.steps < steps || r.steps < 1 || given.token[0] != first ||
+        given.inv_mass[0] != 1.0 / first_mass) {
       return false;
     }
     for (std::int32_t s = 0; s < steps; ++s) {
-      if (token[s] != r.token[s] || inv_mass[s] != r.inv_mass[s]) return false;
+      if (token[std::size_t(s)] != given.token[s] || inv_mass[std::size_t(s)] != given.inv_mass[s]) return false;
     }
-    for (std::int32_t s = steps; s < r.steps; ++s) token[s] = r.token[s], inv_mass[s] = r.inv_mass[s];
+    token.resize(std::size_t(r.steps));
+    inv_mass.resize(std::size_t(r.steps));
+    for (std::int32_t s = steps; s < r.steps; ++s) {
+      token[std::size_t(s)] = given.token[s], inv_mass[std::size_t(s)] = given.inv_mass[s];
+    }
     steps = r.steps;
     return true;
   }

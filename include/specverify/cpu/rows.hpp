@@ -16,12 +16,33 @@
 
 namespace specverify::cpu {
 
+/// Per thread: room for the siblings a tree node's residual absorbs (core::Siblings), grown to the
+/// largest sequence that needs it and reused from node to node.
+class SiblingRoom {
+ public:
+  core::Siblings siblings(std::int32_t count) {
+    if (static_cast<std::size_t>(count) > inv_mass_.size()) {
+      token_.resize(static_cast<std::size_t>(count));
+      scale_.resize(static_cast<std::size_t>(count));
+      inv_mass_.resize(static_cast<std::size_t>(count));
+      sorted_.resize(static_cast<std::size_t>(count) + 1);
+    }
+    return {static_cast<std::int32_t>(inv_mass_.size()), token_.data(), scale_.data(), inv_mass_.data(),
+            sorted_.data()};
+  }
+
+ private:
+  std::vector<std::int32_t> token_, sorted_;
+  std::vector<double> scale_, inv_mass_;
+};
+
 /// Row operations over rows of `n` floats, as core::walk expects them. A probability row needs no
 /// pre-pass: open() hands the pointer back.
 template <class Arch = DefaultArch>
 struct Rows {
   using View = const float*;
   std::int32_t n;
+  SiblingRoom room{};
 
   View open(View row) const { return row; }
   float value(View row, std::int32_t v) const { return row[v]; }
@@ -40,6 +61,8 @@ struct Rows {
   Checked<std::int32_t> gumbel_argmax(View p, std::uint64_t seed, std::int64_t position) const {
     return cpu::gumbel_argmax<Arch>(p, n, seed, position);
   }
+
+  core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
 
   // A tree node's residual after rejected siblings (cpu/residual_kernels.hpp): one vector pass,
   // the scalar definition's weights.
@@ -70,6 +93,7 @@ struct OpenedLogitRows : LogitRows<Arch> {
   std::unique_ptr<float[]> scratch;  // [2][longest_row], not zeroed: the pre-pass writes before it reads
   std::size_t row_length;
   bool second = false;  // the scratch row the next open() takes
+  SiblingRoom room;
 
   OpenedLogitRows(std::int32_t vocab_size, std::int32_t longest_row)
       : LogitRows<Arch>{vocab_size},
@@ -81,6 +105,7 @@ struct OpenedLogitRows : LogitRows<Arch> {
     second = !second;
     return prepare<Arch>(row, mine);
   }
+  core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
     const auto m = core::residual_mass(*this, r, x);
     return {m.value, m.ok};

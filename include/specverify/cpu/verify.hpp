@@ -23,12 +23,18 @@
 namespace specverify {
 
 /// How the CPU backend may run. `max_threads` 0 uses every hardware thread, but only once the
-/// batch holds enough row work to pay for starting them.
+/// batch holds enough row work to pay for starting them; a negative value is invalid_input.
 struct CpuOptions {
   std::int32_t max_threads = 0;
 };
 
 namespace cpu::detail {
+
+inline void check_options(const CpuOptions& options) {
+  if (options.max_threads < 0) {
+    core::detail::reject("max_threads = ", options.max_threads, " must be >= 0 (0: every hardware thread)");
+  }
+}
 
 /// Rows of V floats the walk reads for sure (one per sequence) or, with statistics, at every
 /// node; below about a megabyte of such reads a second thread costs more than it saves.
@@ -105,6 +111,7 @@ VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Rando
                    const ChainOutput& out, const CpuOptions& options) {
   core::validate(rule, batch, randomness, out);
   core::detail::check_positions<Rule>(randomness);
+  cpu::detail::check_options(options);
   if (batch.batch_size == 0) return {};
   return cpu::detail::run(rule, core::ChainLayout::of(batch), core::ProbSource<float>::of(batch), batch,
                           randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; },
@@ -132,6 +139,7 @@ VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Random
                 "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
   core::validate(rule, batch, randomness, out);
   core::detail::check_positions<Rule>(randomness);
+  cpu::detail::check_options(options);
   if (batch.batch_size == 0) return {};
   return cpu::detail::run(rule, core::TreeLayout::of(batch), core::ProbSource<float>::of(batch), batch,
                           randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; },
@@ -153,6 +161,7 @@ VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Randomness
                           const Output& out, const CpuOptions& options) {
   std::vector<std::int32_t> target_to_draft;
   core::validate(rule, batch, randomness, out, target_to_draft);
+  check_options(options);
   if (batch.batch_size == 0) return {};
   const auto source = core::LogitSource<float>::of(batch, Layout::of(batch).offsets,
                                                    target_to_draft.empty() ? nullptr : target_to_draft.data());

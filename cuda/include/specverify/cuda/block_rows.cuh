@@ -142,6 +142,10 @@ class BlockRows {
     return draw(RowWeights{p, nullptr, -1}, u);
   }
 
+  /// Room for the siblings a node's residual absorbs: a fixed 64 per thread (every thread walks
+  /// alike and keeps its own copy); a node with more rejected children is invalid_input here.
+  __device__ core::Siblings siblings(std::int32_t) { return siblings_.room(); }
+
   /// The mass of a tree node's residual after rejecting sibling x (core/residual.hpp).
   __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
     double s = 0.0;
@@ -314,6 +318,7 @@ class BlockRows {
   }
 
   Shared& s_;
+  core::FixedSiblings<64> siblings_;
 };
 
 }  // namespace specverify::cuda

@@ -117,7 +117,9 @@ __device__ core::Finding check_logit_inputs(const Batch& batch, std::int64_t dra
   }
   if (batch.unconditional_logits) {
     const float scale = batch.unconditional_first_row[b] >= 0 ? batch.guidance_scale[b] : 0.0f;
-    if (core::Finding f = core::detail::guidance_finding(batch.unconditional_first_row[b], scale, b)) {
+    if (core::Finding f = core::detail::guidance_finding(batch.unconditional_first_row[b], scale, b,
+                                                         core::detail::sequence_rows(batch, b),
+                                                         batch.unconditional_stride, batch.vocab_size)) {
       walkable = false;
       return f;
     }
@@ -168,6 +170,7 @@ __global__ void __launch_bounds__(kThreads)
         return column;
       });
       finding = core::detail::logits_fault_finding(result.fault, b, Checks::kItem);
+      core::detail::name_guidance_fault(finding, result.fault, b, source);
     }
   }
   if (threadIdx.x != 0) return;
