@@ -351,6 +351,87 @@ void logits_trees(Shape s) {
   }
 }
 
+// ------------------------------------------------------------------------------ row statistics
+
+/// The sums behind the outputs, bit for bit: a statistic's last bits rarely move a token, so the
+/// outputs alone would let an order-dependent sum through.
+template <class Rows, class View>
+void hash_statistics(Hash& h, const Rows& rows, const View& p, const View& q, std::int32_t V) {
+  const auto put = [&](double v) { h.bytes(&v, sizeof v); };
+  put(rows.entropy(p).value);
+  for (const sv::Divergence d : {sv::Divergence::kl_target_draft, sv::Divergence::kl_draft_target, sv::Divergence::js,
+                                 sv::Divergence::js_fsd, sv::Divergence::tv}) {
+    put(rows.divergence(d, p, &q, -1).value);
+    put(rows.divergence(d, p, nullptr, V / 3).value);
+  }
+  for (std::int32_t k = 0; k < 16; ++k) {
+    const float u = static_cast<float>(k) / 16.0f + 1.0f / 64.0f;
+    const std::int32_t t[3] = {rows.draw_residual(p, &q, -1, u).value, rows.draw_residual(p, nullptr, V / 2, u).value,
+                               rows.draw_target(p, u).value};
+    h.bytes(t, sizeof t);
+  }
+}
+
+/// A tree node's residual after rejected siblings, for every Drafted: each step's mass and draws.
+template <class Rows, class View>
+void hash_residuals(Hash& h, Rows& rows, const View& p, const View& q, std::int32_t V) {
+  for (const sv::Drafted d : {sv::Drafted::sampled, sv::Drafted::sampled_without_replacement, sv::Drafted::deterministic}) {
+    sv::core::Residual<View> r;
+    r.p = p;
+    r.q = q;
+    r.has_q = d != sv::Drafted::deterministic;
+    r.drafted = d;
+    r.siblings = rows.siblings(4);
+    for (std::int32_t step = 0; step < 4 && step < V; ++step) {
+      const std::int32_t x = static_cast<std::int32_t>(mix(std::uint64_t(step) + 11u) % std::uint64_t(V));
+      bool taken = false;
+      for (std::int32_t s = 0; s < r.steps; ++s) taken = taken || r.siblings.token[s] == x;
+      if (taken) continue;
+      const double z = rows.mass(r, x).value;
+      h.bytes(&z, sizeof z);
+      for (std::int32_t k = 0; k < 8; ++k) {
+        const std::int32_t t = rows.draw(r, x, static_cast<float>(k) / 8.0f + 0.03f).value;
+        h.bytes(&t, sizeof t);
+      }
+      if (!(z > 0.0)) break;
+      r.absorb(rows, x, z);
+    }
+  }
+}
+
+void statistics(std::int32_t V) {
+  std::vector<float> p(std::size_t(V) * 2), q(std::size_t(V) * 2);
+  probability_row(61u, V, p.data());
+  probability_row(62u, V, q.data());
+  {
+    Hash h;
+    sv::cpu::Rows<> rows{V};
+    hash_statistics(h, rows, static_cast<const float*>(p.data()), static_cast<const float*>(q.data()), V);
+    hash_residuals(h, rows, static_cast<const float*>(p.data()), static_cast<const float*>(q.data()), V);
+    print("prob statistics V" + std::to_string(V), h);
+  }
+  logit_row(63u, V, p.data());
+  logit_row(64u, V, q.data());
+  for (const sv::SamplingParams params : {sv::SamplingParams{0.8f, 0, 1.0f, 0.0f}, sv::SamplingParams{1.0f, 0, 0.9f, 0.0f},
+                                          sv::SamplingParams{1.0f, 3000, 1.0f, 0.01f}}) {
+    Hash h;
+    sv::cpu::OpenedLogitRows<> rows(V, V);
+    sv::core::LogitRow<float> target_row, draft_row;
+    target_row.logits = p.data();
+    draft_row.logits = q.data();
+    target_row.n = draft_row.n = V;
+    target_row.params = draft_row.params = params;
+    const auto pv = rows.open(target_row);
+    const auto qv = rows.open(draft_row);
+    h.bytes(&pv.norm, sizeof pv.norm);
+    h.bytes(&qv.norm, sizeof qv.norm);
+    h.bytes(&pv.threshold, sizeof pv.threshold);
+    hash_statistics(h, rows, pv, qv, V);
+    hash_residuals(h, rows, pv, qv, V);
+    print("logits statistics V" + std::to_string(V) + " top_p " + std::to_string(params.top_p), h);
+  }
+}
+
 void samples(std::int32_t V) {
   std::vector<float> logits(std::size_t(V) * 8);
   for (std::size_t r = 0; r < 8; ++r) logit_row(4242u + r, V, &logits[r * std::size_t(V)]);
@@ -382,6 +463,9 @@ int main(int argc, char** argv) {
     probability_trees(s);
     logits_trees(s);
   }
-  for (const std::int32_t V : {1, 1000, 128256}) samples(V);
+  for (const std::int32_t V : {1, 1000, 128256}) {
+    samples(V);
+    statistics(V);
+  }
   return 0;
 }

@@ -98,6 +98,22 @@ SPECVERIFY_HD inline bool fixed_in_domain(double max_term, std::int64_t n) {
   return max_term < kFixedMaxTerm && max_term * static_cast<double>(n) < kFixedMaxSum;
 }
 
+/// The power of two above a valid probability or weight x (its binade's top; 2^-126 for 0 and
+/// subnormals): from x's bits alone, so every worker that has seen the row's max agrees.
+SPECVERIFY_HD inline double fixed_bound(float x) {
+  std::uint32_t bits;
+#if defined(__CUDA_ARCH__)
+  bits = static_cast<std::uint32_t>(__float_as_int(x));
+#else
+  __builtin_memcpy(&bits, &x, sizeof bits);
+#endif
+  const int exponent = static_cast<int>(bits >> 23) - 126;  // x < 2^exponent
+  double b = 1.0;
+  for (int e = 0; e < exponent; ++e) b *= 2.0;
+  for (int e = 0; e > exponent; --e) b *= 0.5;
+  return b;
+}
+
 /// The power of two by which terms bounded by `max_term`, n of them, are scaled into the domain
 /// (1 for rows of probabilities or weights <= 1 up to n = 2^21). A function of max_term's binade
 /// and n alone, so every worker that knows the row's max picks the same scale.

@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #include "specverify/config.hpp"
+#include "specverify/core/fixed_sum.hpp"
+#include "specverify/core/row_math.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify::core {
@@ -63,26 +65,68 @@ struct Residual {
   }
   SPECVERIFY_HD double current_scale() const { return removed < q_total ? 1.0 / (q_total - removed) : 0.0; }
 
-  /// r_{steps+1}(v): s p with every absorbed sibling's step applied.
+  /// The absorbed steps collapsed (see weight()): off the sibling tokens every q_i is c_i q
+  /// (c_i = 1 sampled, the without-replacement scale, 0 one-hot), so with P = prod 1/Z_i and
+  /// S = sum c_i / P_i (P_i the product before step i), r - q_current = P (p - S q) there.
+  struct Collapse {
+    double shift = 0;    // S, including the current sibling's c / P
+    double scale = 1;    // P
+    bool usable = true;  // S and P finite and P > 0
+  };
+  SPECVERIFY_HD Collapse collapse(std::int32_t current) const {
+    Collapse c;
+    const bool without = drafted == Drafted::sampled_without_replacement;
+    for (std::int32_t s = 0; s < steps; ++s) {
+      if (has_q) c.shift += (without ? siblings.scale[s] : 1.0) / c.scale;
+      c.scale *= siblings.inv_mass[s];
+    }
+    if (current >= 0 && has_q) c.shift += (without ? current_scale() : 1.0) / c.scale;
+    c.usable = c.scale > 0.0 && c.scale <= 1.7976931348623157e308 && c.shift <= 1.7976931348623157e308;
+    return c;
+  }
+
+  /// Whether v takes the steps one by one: a token whose q_i are not c_i q (one-hot drafts: the
+  /// siblings and the current one; without replacement: the absorbed siblings).
+  SPECVERIFY_HD bool special(std::int32_t current, std::int32_t v) const {
+    if (has_q && drafted != Drafted::sampled_without_replacement) return false;
+    if (!has_q && v == current) return true;
+    for (std::int32_t s = 0; s < steps; ++s) {
+      if (siblings.token[s] == v) return true;
+    }
+    return false;
+  }
+
+  /// The weight of v in the draw (or mass) after rejecting `current`: max(r(v) - q_current(v), 0),
+  /// or r(v) itself for current = kNoToken. One definition, element by element, for every backend
+  /// and instruction set (a backend computes it lane by lane with these roundings):
+  ///   no sibling absorbed, or v special, or the collapse unusable: the steps one by one,
+  ///     r_1 = s p, then r_i - q_i with one rounding (a fused multiply-add) at each step;
+  ///   otherwise the collapse: max(p - S q, 0) P, p - S q with one rounding (trees never scale p).
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD double weight(Rows& rows, std::int32_t current, std::int32_t v, const Collapse& c) const {
+    if (steps > 0 && c.usable && !special(current, v)) {
+      const double pv = rows.value(p, v);
+      if (!has_q) return pv * c.scale;
+      const double d = fused(-c.shift, static_cast<double>(rows.value(q, v)), pv);
+      return d > 0 ? d * c.scale : 0.0;
+    }
+    double a = p_scale, b = rows.value(p, v);  // r = a b, held unrounded across each step
+    for (std::int32_t s = 0; s < steps; ++s) {
+      const double d = fused(a, b, -q_at(rows, s, -1, v));
+      a = d > 0 ? d : 0.0;
+      b = siblings.inv_mass[s];
+    }
+    if (current < 0) return a * b;
+    const double d = fused(a, b, -q_at(rows, steps, current, v));
+    return d > 0 ? d : 0.0;
+  }
+
+  /// r(v), the residual the tests of the next sibling compare against.
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD double at(Rows& rows, std::int32_t v) const {
-    double r = p_scale * rows.value(p, v);
-    for (std::int32_t s = 0; s < steps; ++s) {
-      const double d = r - q_at(rows, s, -1, v);
-      r = d > 0 ? d * siblings.inv_mass[s] : 0.0;
-    }
-    return r;
-  }
-  /// The weight max(r(v) - q_current(v), 0) of the draw (or mass) after rejecting `current`;
-  /// r(v) itself when current is kNoToken.
-  SPECVERIFY_HD_TEMPLATE
-  template <class Rows>
-  SPECVERIFY_HD double after(Rows& rows, std::int32_t current, std::int32_t v) const {
-    const double r = at(rows, v);
-    if (current < 0) return r;
-    const double d = r - q_at(rows, steps, current, v);
-    return d > 0 ? d : 0.0;
+    return weight(rows, -1, v, collapse(-1));
   }
 
   /// Absorbs the rejected child `current` whose step left mass `z` (> 0); steps < siblings.capacity.
@@ -110,18 +154,33 @@ struct Scalar {
   bool ok = true;
 };
 
-/// The plain backend's residual operations (CPU; any backend may use them): one pass in index
-/// order, in double. `x` is the sibling just rejected (kNoToken: r itself).
+/// The plain backend's residual operations (any backend may use them): one pass in index order,
+/// summed as a FixedSum (so the same as any backend's lanes or blocks). `x` is the sibling just
+/// rejected (kNoToken: r itself). The weights lie below 1 once a sibling was absorbed (r_i sums to
+/// 1) and below s p before: fixed_bound of the largest p bounds them, which sets the scale.
+SPECVERIFY_HD_TEMPLATE
+template <class Rows, class View>
+SPECVERIFY_HD Scalar<FixedSum> residual_sum(Rows& rows, const Residual<View>& r, std::int32_t x, double& scale) {
+  const typename Residual<View>::Collapse c = r.collapse(x);
+  float largest = 0.0f;
+  for (std::int32_t v = 0; v < rows.n; ++v) {
+    const float p = rows.value(r.p, v), q = r.has_q ? rows.value(r.q, v) : 0.0f;
+    if (!(p >= 0.0f && p <= 3.402823466e+38f && q >= 0.0f && q <= 3.402823466e+38f)) return {FixedSum{}, false};
+    largest = p > largest ? p : largest;
+  }
+  const double bound = r.steps > 0 ? 2.0 : fixed_bound(largest);
+  scale = fixed_in_domain(bound, rows.n) ? 1.0 : fixed_scale(bound, rows.n);
+  FixedSum total;
+  for (std::int32_t v = 0; v < rows.n; ++v) total.add(r.weight(rows, x, v, c) * scale);
+  return {total, true};
+}
+
 SPECVERIFY_HD_TEMPLATE
 template <class Rows, class View>
 SPECVERIFY_HD Scalar<double> residual_mass(Rows& rows, const Residual<View>& r, std::int32_t x) {
-  Scalar<double> total{0.0, true};
-  for (std::int32_t v = 0; v < rows.n; ++v) {
-    const float p = rows.value(r.p, v), q = r.has_q ? rows.value(r.q, v) : 0.0f;
-    if (!(p >= 0.0f && p <= 3.402823466e+38f && q >= 0.0f && q <= 3.402823466e+38f)) return {0.0, false};
-    total.value += r.after(rows, x, v);
-  }
-  return total;
+  double scale = 1.0;
+  const Scalar<FixedSum> total = residual_sum(rows, r, x, scale);
+  return {total.value.value() / scale, total.ok};
 }
 
 /// Draws from the weights residual_mass sums: the smallest v with w_0 + ... + w_v > u * sum(w);
@@ -130,21 +189,20 @@ SPECVERIFY_HD_TEMPLATE
 template <class Rows, class View>
 SPECVERIFY_HD Scalar<std::int32_t> residual_draw(Rows& rows, const Residual<View>& r, std::int32_t x,
                                                  float u) {
-  const Scalar<double> total = residual_mass(rows, r, x);
+  double scale = 1.0;
+  const Scalar<FixedSum> total = residual_sum(rows, r, x, scale);
   if (!total.ok) return {-1, false};
-  if (!(total.value > 0.0)) return {-1, true};
-  const double threshold = static_cast<double>(u) * total.value;
-  double before = 0.0;
-  std::int32_t last_positive = -1;
+  if (!total.value.positive()) return {-1, true};
+  const typename Residual<View>::Collapse c = r.collapse(x);
+  const double threshold = static_cast<double>(u) * total.value.value();
+  FixedSum before;
   for (std::int32_t v = 0; v < rows.n; ++v) {
-    const double w = r.after(rows, x, v);
-    if (w > 0.0) {
-      before += w;
-      last_positive = v;
-      if (before > threshold) return {v, true};
-    }
+    const double w = r.weight(rows, x, v, c);
+    if (!(w > 0.0)) continue;
+    before.add(w * scale);
+    if (before.value() > threshold) return {v, true};
   }
-  return {last_positive, true};  // rounding put the crossing past the end: the last weight
+  return {-1, true};  // unreachable: the prefix reaches the total
 }
 
 }  // namespace specverify::core

@@ -24,15 +24,14 @@ SPECVERIFY_HD constexpr std::int32_t chunk_length(std::int32_t n) {
 /// Residual weight max(p - q, 0), in double where p - q of two floats is (nearly always) exact.
 SPECVERIFY_HD inline double residual_weight(double p, double q) { return p > q ? p - q : 0.0; }
 
-/// max(s p - q, 0) with s p - q rounded once (a fused multiply-add on every backend and build:
-/// a compiler left to contract s * p - q itself would do so on some instruction sets only).
-SPECVERIFY_HD inline double scaled_residual_weight(double s, double p, double q) {
+/// a b + c with one rounding on every backend and build (a compiler left to contract a * b + c
+/// itself would do so on some instruction sets only).
+SPECVERIFY_HD inline double fused(double a, double b, double c) {
 #if defined(__CUDA_ARCH__)
-  const double d = fma(s, p, -q);
+  return fma(a, b, c);
 #else
-  const double d = __builtin_fma(s, p, -q);
+  return __builtin_fma(a, b, c);
 #endif
-  return d > 0 ? d : 0.0;
 }
 
 /// -p log p with 0 log 0 = 0.

@@ -35,17 +35,6 @@ struct Checked {
   bool ok = true;
 };
 
-/// A bound on probabilities or weights from BitsMax's value (the largest bits read, or an OR of
-/// several rows' bits, which lies at or above each): the float of those bits rounded up to the
-/// next power of two. Valid rows only (bits below +inf's).
-inline double bound_from_bits(std::uint32_t bits) {
-  const int exponent = static_cast<int>(bits >> 23) - 126;  // values < 2^exponent
-  double b = 1.0;
-  for (int e = 0; e < exponent; ++e) b *= 2.0;
-  for (int e = 0; e > exponent; --e) b *= 0.5;
-  return b;
-}
-
 /// The sums of a row's weights, chunk by chunk, at `scale`.
 struct ChunkSums {
   core::FixedSum chunk[core::kMaxChunks];

@@ -274,7 +274,7 @@ SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
       screen = std::max(screen, core::float_bits(w.p[i]) | (w.q ? core::float_bits(w.q[i]) : 0u));
     }
     if (screen >= BitsMax<Arch>::kInfBits && !all_valid(w)) return {0.0, false};
-    return {bound_from_bits(largest), true};
+    return {core::fixed_bound(core::bits_float(largest)), true};
   };
   return cpu::draw<Arch>(vec, one, check, w.n, u);
 }

@@ -11,7 +11,6 @@
 #include "specverify/cpu/logit_kernels.hpp"
 #include "specverify/cpu/residual_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
-#include "specverify/cpu/scaled_residual.hpp"
 #include "specverify/rule.hpp"
 
 namespace specverify::cpu {
@@ -64,22 +63,11 @@ struct Rows {
 
   core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
 
-  // A tree node's residual after rejected siblings (cpu/residual_kernels.hpp): one vector pass,
-  // the scalar definition's weights.
-  Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
-    if (r.p_scale != 1.0) return scaled_residual_mass<Arch>(plain_residual(r, x));
-    return residual_mass<Arch>(r, x, n);
-  }
+  // A node's residual (cpu/residual_kernels.hpp): a tree's after rejected siblings, or block
+  // verification's scaled one; one vector pass, the scalar definition's weights.
+  Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const { return residual_mass<Arch>(r, x, n); }
   Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
-    if (r.p_scale != 1.0) return scaled_residual_draw<Arch>(plain_residual(r, x), u);
     return residual_draw<Arch>(r, x, u, n);
-  }
-
-  // Block verification's residual, max(s p - q, 0) after rejecting x with s < 1 (no sibling
-  // ever changes it), or s p itself for x = kNoToken: cpu/scaled_residual.hpp.
-  ScaledResidual plain_residual(const core::Residual<View>& r, std::int32_t x) const {
-    if (x < 0) return {r.p, nullptr, -1, r.p_scale, n};
-    return {r.p, r.has_q ? r.q : nullptr, r.has_q ? -1 : x, r.p_scale, n};
   }
 };
 

@@ -236,14 +236,15 @@ class BlockLogitRows {
   /// The mass of a tree node's residual after rejecting sibling x (core/residual.hpp).
   __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
     double s = 0.0;
-    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) s += r.after(*this, x, v);
+    const TreeWeights w{*this, r, x, r.collapse(x)};
+    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) s += w(v);
     return {sum(s), r.p.ok && (!r.has_q || r.q.ok)};
   }
 
   /// A draw from a tree node's residual after rejecting sibling x (kNoToken: the residual itself).
   __device__ Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) {
     if (!r.p.ok || (r.has_q && !r.q.ok)) return {-1, false};
-    return draw(TreeWeights{*this, r, x}, u);
+    return draw(TreeWeights{*this, r, x, r.collapse(x)}, u);
   }
 
   /// Coupled sampling: argmax over kept tokens of (g - max)/T + Gumbel(seed, position, v), lowest
@@ -456,12 +457,13 @@ class BlockLogitRows {
     }
   };
 
-  /// A tree node's residual (core::Residual::after).
+  /// A node's residual (core::Residual::weight).
   struct TreeWeights {
     const BlockLogitRows& rows;
     const core::Residual<View>& r;
     std::int32_t x;
-    __device__ double operator()(std::int32_t v) const { return r.after(rows, x, v); }
+    typename core::Residual<View>::Collapse collapse;
+    __device__ double operator()(std::int32_t v) const { return r.weight(rows, x, v, collapse); }
   };
 
   /// The library's draw, the smallest v with w_0 + ... + w_v > u * sum(w), chunked as BlockRows

@@ -150,16 +150,17 @@ class BlockRows {
   __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
     double s = 0.0;
     bool bad = false;
+    const ResidualWeights w{*this, r, x, r.collapse(x)};
     for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
-      bad |= ResidualWeights{*this, r, x}.bad(i);
-      s += r.after(*this, x, i);
+      bad |= w.bad(i);
+      s += w(i);
     }
     return {sum(s), !__syncthreads_or(bad)};
   }
 
   /// A draw from a tree node's residual after rejecting sibling x (kNoToken: the residual itself).
   __device__ Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) {
-    return draw(ResidualWeights{*this, r, x}, u);
+    return draw(ResidualWeights{*this, r, x, r.collapse(x)}, u);
   }
 
   /// The lowest index whose value is not a valid probability, or -1; names a fault's value.
@@ -226,16 +227,17 @@ class BlockRows {
     }
   };
 
-  /// Weights of a tree node's residual (core::Residual::after).
+  /// Weights of a node's residual (core::Residual::weight).
   struct ResidualWeights {
     const BlockRows& rows;
     const core::Residual<View>& r;
     std::int32_t x;
+    typename core::Residual<View>::Collapse collapse;
     __device__ bool bad(std::int32_t i) const {
       return !core::valid_probability_value(rows.value(r.p, i)) ||
              (r.has_q && !core::valid_probability_value(rows.value(r.q, i)));
     }
-    __device__ double operator()(std::int32_t i) const { return r.after(rows, x, i); }
+    __device__ double operator()(std::int32_t i) const { return r.weight(rows, x, i, collapse); }
   };
 
   /// Inverse-CDF draw, the smallest i with w_0 + ... + w_i > u * sum(w), in three steps with two
