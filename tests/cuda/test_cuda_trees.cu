@@ -270,6 +270,21 @@ TEST(BadTrees, TheDeviceGivesTheCpusMessageAndWritesNothing) {
   }
 }
 
+TEST(BadTrees, TheDeviceNamesANodeWithMoreRejectedChildrenThanItsResidualHolds) {
+  testing::Trees wide = testing::wide_tree();
+  {
+    const TreeOutput out = wide.output();
+    EXPECT_NO_THROW(verify(Standard{}, wide.batch(), Randomness{5, 0}, out)) << "the CPU has room for every node";
+  }
+  REQUIRE_DEVICE();
+  DeviceTrees<float> d(wide);
+  const std::string got = testing::message_of([&] {
+    cuda_ok(cuda::verify(Standard{}, d.batch, d.on_device(Randomness{5, 0}, wide), d.out, d.workspace, nullptr));
+    cuda::check(d.workspace, nullptr);
+  });
+  EXPECT_THAT(got, HasSubstr("sequence 0, node 64: more than 64 children rejected at one node"));
+}
+
 TEST(BadTrees, ADeterministicTreeNeedsNoDraftRows) {
   Trees t = testing::two_trees(Drafted::deterministic);
   ASSERT_TRUE(t.q.empty());
