@@ -240,17 +240,21 @@ inline std::vector<BadTree> bad_trees() {
   t = two_trees();
   std::fill(t.p.begin() + t.V * 4, t.p.begin() + t.V * 6, 0.0f);  // sequence 1: nothing to draw
   add("no mass left to draw from", t, {"sequence 1", "no mass to draw from"});
-  // 66 children rejected at the root: the 65th rejection is one more than the residual absorbs.
-  {
-    constexpr std::int32_t V = 4;
-    const std::vector<float> p{1.0f, 0.0f, 0.0f, 0.0f}, q{0.0f, 1.0f, 0.0f, 0.0f};
-    Trees wide(V, Drafted::sampled);
-    std::vector<std::vector<float>> ps(67, p), qs(67, q);
-    wide.add(std::vector<std::int32_t>(66, -1), std::vector<std::int32_t>(66, 1), ps, qs);
-    add("more children rejected than the residual holds", wide,
-        {"sequence 0, node 64: more than 64 children rejected at one node"});
-  }
+  t = two_trees();
+  t.drafted = static_cast<Drafted>(7);
+  add("drafted outside the enum", t, {"drafted = 7 is not a Drafted value"});
   return cases;
+}
+
+/// One tree whose root has 66 children that p gives nothing: every one is rejected. The CPU walks
+/// it; a CUDA block, whose residual holds 64 rejected siblings, refuses the 65th.
+inline Trees wide_root() {
+  constexpr std::int32_t V = 4;
+  const std::vector<float> p{1.0f, 0.0f, 0.0f, 0.0f}, q{0.0f, 1.0f, 0.0f, 0.0f};
+  Trees wide(V, Drafted::sampled);
+  std::vector<std::vector<float>> ps(67, p), qs(67, q);
+  wide.add(std::vector<std::int32_t>(66, -1), std::vector<std::int32_t>(66, 1), ps, qs);
+  return wide;
 }
 
 }  // namespace specverify::testing
