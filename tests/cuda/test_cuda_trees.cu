@@ -270,19 +270,24 @@ TEST(BadTrees, TheDeviceGivesTheCpusMessageAndWritesNothing) {
   }
 }
 
-TEST(BadTrees, TheDeviceNamesANodeWithMoreRejectedChildrenThanItsResidualHolds) {
-  testing::Trees wide = testing::wide_tree();
-  {
-    const TreeOutput out = wide.output();
-    EXPECT_NO_THROW(verify(Standard{}, wide.batch(), Randomness{5, 0}, out)) << "the CPU has room for every node";
-  }
+TEST(BadTrees, TheDeviceRefusesAWideNodeTheCpuWalks) {
+  Trees t = testing::wide_root();
+  const TreeOutput out = t.output();
+  verify(Standard{}, t.batch(), Randomness{5, 0}, out);
+  EXPECT_EQ(t.accepted[0], 0);
+  EXPECT_EQ(t.out_tokens[0], 0);  // all of p's mass
   REQUIRE_DEVICE();
+  Trees wide = testing::wide_root();
   DeviceTrees<float> d(wide);
+  const Randomness r = d.on_device(Randomness{5, 0}, wide);
   const std::string got = testing::message_of([&] {
-    cuda_ok(cuda::verify(Standard{}, d.batch, d.on_device(Randomness{5, 0}, wide), d.out, d.workspace, nullptr));
+    cuda_ok(cuda::verify(Standard{}, d.batch, r, d.out, d.workspace, nullptr));
     cuda::check(d.workspace, nullptr);
   });
   EXPECT_THAT(got, HasSubstr("sequence 0, node 64: more than 64 children rejected at one node"));
+  Trees gpu = wide;
+  d.read_into(gpu);
+  expect_untouched(gpu);
 }
 
 TEST(BadTrees, ADeterministicTreeNeedsNoDraftRows) {

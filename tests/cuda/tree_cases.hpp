@@ -240,12 +240,15 @@ inline std::vector<BadTree> bad_trees() {
   t = two_trees();
   std::fill(t.p.begin() + t.V * 4, t.p.begin() + t.V * 6, 0.0f);  // sequence 1: nothing to draw
   add("no mass left to draw from", t, {"sequence 1", "no mass to draw from"});
+  t = two_trees();
+  t.drafted = static_cast<Drafted>(7);
+  add("drafted outside the enum", t, {"drafted = 7 is not a Drafted value"});
   return cases;
 }
 
-/// 66 children of the root, every one rejected: the CPU goes on (its residual has room for every
-/// node of the tree); a CUDA block's residual holds 64 (cuda/block_rows.cuh).
-inline Trees wide_tree() {
+/// One tree whose root has 66 children that p gives nothing: every one is rejected. The CPU walks
+/// it; a CUDA block, whose residual holds 64 rejected siblings, refuses the 65th.
+inline Trees wide_root() {
   constexpr std::int32_t V = 4;
   const std::vector<float> p{1.0f, 0.0f, 0.0f, 0.0f}, q{0.0f, 1.0f, 0.0f, 0.0f};
   Trees wide(V, Drafted::sampled);
