@@ -95,14 +95,33 @@ Checked<std::int32_t> draw(Vec vec, One one, Check check, std::int32_t n, float 
   const std::int32_t chunk = core::chunk_length(n);
   const std::int32_t begin = c * chunk, end = std::min(n, begin + chunk);
   // The rescan adds the same rounded terms the chunk's sum did, so it reaches that sum at the
-  // chunk's end, which lies above the threshold: the crossing is inside the chunk.
+  // chunk's end, which lies above the threshold: the crossing is inside the chunk. Blocks of
+  // kRescanBlock elements are summed lane by lane first; the one holding the crossing is then
+  // scanned element by element.
+  constexpr std::int32_t kRescanBlock = 64;
+  static_assert(kRescanBlock % WF == 0, "blocks of whole vectors");
+  std::int32_t block = begin;
+  for (; block + kRescanBlock < end; block += kRescanBlock) {
+    FixedLanes<Arch> lanes(scale);
+    for (std::int32_t i = block; i < block + kRescanBlock; i += WF) {
+      D lo, hi;
+      vec(i, lo, hi);
+      lanes.add(lo);
+      lanes.add(hi);
+    }
+    core::FixedSum through = before;
+    lanes.flush(through);
+    if (through.value() > threshold) break;
+    before = through;
+  }
   const auto step = [&](double w) {
     if (!(w > 0.0)) return false;
     before.add(w * scale);
     return before.value() > threshold;
   };
-  std::int32_t i = begin;
-  for (; i + WF <= end; i += WF) {
+  const std::int32_t block_end = std::min(end, block + kRescanBlock);
+  std::int32_t i = block;
+  for (; i + WF <= block_end; i += WF) {
     D lo, hi;
     vec(i, lo, hi);
     if (!xsimd::any((lo > D(0.0)) | (hi > D(0.0)))) continue;
@@ -113,7 +132,7 @@ Checked<std::int32_t> draw(Vec vec, One one, Check check, std::int32_t n, float 
       if (step(w[l])) return {i + l, true};
     }
   }
-  for (; i < end; ++i) {
+  for (; i < block_end; ++i) {
     if (step(one(i))) return {i, true};
   }
   return {-1, true};  // unreachable for valid weights

@@ -30,11 +30,12 @@ class FixedLanes {
   explicit FixedLanes(double scale = 1.0) : unit_(scale * core::kFixedHalfScale) {}
 
   SPECVERIFY_ALWAYS_INLINE void add(const D& t) {
-    const D magic(core::kFixedMagic), half(core::kFixedHalfScale);
-    const D s = t * D(unit_);
-    const D a = s + magic;
+    const D magic(core::kFixedMagic), half(core::kFixedHalfScale), unit(unit_);
+    // s = t unit is exact (a power of two), so a compiler that fuses t * unit + magic or
+    // t * unit - h into one instruction changes no bit: each is one rounding (the first) or exact.
+    const D a = t * unit + magic;
     const D h = a - magic;
-    const D b = (s - h) * half + magic;
+    const D b = (t * unit - h) * half + magic;
     hi_ += xsimd::bitwise_cast<L>(a);
     lo_ += xsimd::bitwise_cast<L>(b);
     ++adds_;
