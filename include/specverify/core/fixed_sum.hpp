@@ -58,10 +58,25 @@ struct FixedSum {
     carry();
   }
 
-  /// Adds t `times` times: the same words as that many add(t).
-  SPECVERIFY_HD void add_repeated(double t, std::int64_t times) {
+  /// Adds round(t 2^40) 2^-40: the coarse grid alone, for sums known to be at least 1 (a logits
+  /// row's normaliser and kept masses: every weight is at most 1 and the max weighs exactly 1),
+  /// where n terms' roundings, n 2^-41, are far below float precision. The same in any order.
+  SPECVERIFY_HD void add_coarse(double t) {
+    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) {
+      exact = false;
+      return;
+    }
+    hi += static_cast<std::int64_t>(round_magic(t * kFixedHalfScale));
+  }
+
+  /// Adds t `times` times: the same words as that many add(t) (add_coarse(t) with `coarse`).
+  SPECVERIFY_HD void add_repeated(double t, std::int64_t times, bool coarse = false) {
     FixedSum one;
-    one.add(t);
+    if (coarse) {
+      one.add_coarse(t);
+    } else {
+      one.add(t);
+    }
     exact = exact && one.exact;
     add_units(one.hi * times, one.lo * times);
   }

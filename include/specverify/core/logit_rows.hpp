@@ -8,7 +8,7 @@
 //   a(v) = (g(v) - max g) * (1/T)        the weight's argument, a <= 0 (two roundings, in this order)
 //   w(v) = exp_weight(a(v))               the shared exp below, on kept tokens; 0 elsewhere
 //   p(v) = w(v) * inv_norm                inv_norm = float(1 / norm), norm = sum of kept w, a
-//                                        core::FixedSum (the same bits in any order)
+//                                        core::FixedSum on its coarse grid (the same in any order)
 // T = 0 (greedy) makes p one-hot on the lowest index of max g. Steps 4-6 (top_k, top_p, min_p)
 // reduce to one value threshold on g: kept(v) <=> g(v) >= threshold. That is exact because
 // exp_weight is non-decreasing (checked over every float argument), so each step's set of kept

@@ -41,6 +41,13 @@ class FixedLanes {
     ++adds_;
   }
 
+  /// FixedSum::add_coarse lane by lane: one fused multiply-add and one integer addition.
+  SPECVERIFY_ALWAYS_INLINE void add_coarse(const D& t) {
+    hi_ += xsimd::bitwise_cast<L>(t * D(unit_) + D(core::kFixedMagic));
+    lo_ += xsimd::bitwise_cast<L>(D(core::kFixedMagic));  // round(0) for the bias flush() removes
+    ++adds_;
+  }
+
   /// add(t), and a running max of |t| (max_term) for callers with no bound on their terms.
   SPECVERIFY_ALWAYS_INLINE void add_tracked(const D& t) {
     add(t);

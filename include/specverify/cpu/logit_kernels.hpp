@@ -108,11 +108,12 @@ SPECVERIFY_ALWAYS_INLINE void widen(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) 
   hi = D<Arch>::load_aligned(lanes + D<Arch>::size);
 }
 
-/// Float weights into a FixedLanes sum, as two double vectors.
+/// Float weights into a FixedLanes sum, as two double vectors, on the coarse grid: the sums of a
+/// row's weights hold its max, whose weight is exactly 1 (FixedSum::add_coarse).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE void add_weights(FixedLanes<Arch>& sum, const F<Arch>& w) {
-  sum.add(widen_low(w));
-  sum.add(widen_high(w));
+  sum.add_coarse(widen_low(w));
+  sum.add_coarse(widen_high(w));
 }
 
 /// Lanes of the bitmask word for the W tokens starting at i (i a multiple of W).
@@ -206,7 +207,8 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<float>& view, std::int32_
 }
 
 /// Sum of w over the candidates c[0..m) that are >= threshold, with the view's max and 1/T: a
-/// FixedSum (weights are at most 1 and m <= 2^21: inside its domain), so the same for any order.
+/// FixedSum on its coarse grid (weights are at most 1, m <= 2^21, and every mass compared holds
+/// the max, of weight 1), so the same for any order.
 template <class Arch>
 core::FixedSum candidate_sum(const float* c, std::int32_t m, float threshold, float max, float inv_t) {
   using B = F<Arch>;
@@ -221,7 +223,7 @@ core::FixedSum candidate_sum(const float* c, std::int32_t m, float threshold, fl
   core::FixedSum s;
   lanes.flush(s);
   for (; i < m; ++i) {
-    if (c[i] >= threshold) s.add(core::exp_weight(core::weight_argument(c[i], max, inv_t)));
+    if (c[i] >= threshold) s.add_coarse(core::exp_weight(core::weight_argument(c[i], max, inv_t)));
   }
   return s;
 }
@@ -320,7 +322,8 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
 
 /// The weights pass over the cache-hot row (after the read found max g): w(i) = exp_weight((g(i) -
 /// max) / T) for the kept tokens, 0 elsewhere, written to out[0..n); their sum is view.norm, a
-/// FixedSum (w <= 1: inside its domain for n <= 2^21). Kept: g >= view.threshold and w >= min_w. min_w > 0 is min_p: w is non-decreasing in g, so that is a value
+/// FixedSum on its coarse grid (w <= 1, and the max weighs 1: the sum is at least 1, so n
+/// roundings of 2^-41 are below 2^-24 of it for n <= 2^17). Kept: g >= view.threshold and w >= min_w. min_w > 0 is min_p: w is non-decreasing in g, so that is a value
 /// threshold too, and view.threshold becomes the lowest kept g.
 template <class Arch>
 void weights_pass(LogitView<float>& view, float min_w, float* out) {
@@ -365,7 +368,7 @@ void weights_pass(LogitView<float>& view, float min_w, float* out) {
     const float w = core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
     const bool kept = g >= view.threshold && w >= min_w;
     out[i] = kept ? w : 0.0f;
-    s.add(out[i]);
+    s.add_coarse(out[i]);
     if (kept) low = std::min(low, g);
   }
   if (min_w > 0.0f) view.threshold = low;
@@ -408,7 +411,7 @@ float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float to
       continue;
     }
     core::FixedSum through = over;  // the mass of {g >= pivot}
-    through.add_repeated(w(pivot), equal - above);
+    through.add_repeated(w(pivot), equal - above, true);
     if (through.value() >= need) return pivot;
     higher = through;
     lo = equal;
@@ -416,7 +419,7 @@ float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float to
   std::sort(c + lo, c + hi, std::greater<float>());
   core::FixedSum mass = higher;
   for (std::int32_t i = lo; i < hi; ++i) {
-    mass.add(w(c[i]));
+    mass.add_coarse(w(c[i]));
     if (mass.value() >= need && (i + 1 == hi || c[i + 1] != c[i])) return c[i];
   }
   return hi > lo ? c[hi - 1] : c[lo > 0 ? lo - 1 : 0];  // unreachable: need <= the total mass
