@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -41,7 +42,7 @@ i128 reference_units(double t) {
   return t < 0 ? -r : r;
 }
 
-i128 units(const FixedSum& s) { return (static_cast<i128>(s.hi) << 40) + s.lo; }
+i128 units(const FixedSum& s) { return static_cast<i128>(s.hi) * (i128{1} << 40) + s.lo; }  // hi may be negative
 
 /// Terms of every kind a row sum meets: probabilities, softmax-like heavy tails, tiny and
 /// subnormal values, values near the domain's edge, and signed terms (divergences).
@@ -138,9 +139,12 @@ TEST(FixedSum, TermsOutsideTheDomainAreFlaggedNotAdded) {
   EXPECT_TRUE(sv::core::fixed_in_domain(1.0, 128256));
   EXPECT_FALSE(sv::core::fixed_in_domain(1.0, 1 << 22));
   EXPECT_FALSE(sv::core::fixed_in_domain(1024.0, 1));
-  // The scale brings any bound back inside, and is 1 where no scaling is needed.
+  // The scale brings any bound back inside (down, or up for tiny rows), and is 1 where no scaling
+  // is needed.
   EXPECT_EQ(sv::core::fixed_scale(1.0, 128256), 1.0);
-  for (const double max : {1.0, 1000.0, 1e6, 3e38}) {
+  EXPECT_FALSE(sv::core::fixed_in_domain(1e-30, 100)) << "a row of tiny weights is scaled up";
+  EXPECT_TRUE(sv::core::fixed_in_domain(0.0, 100)) << "a row of zeros is summed as it is";
+  for (const double max : {1e-30, 1e-12, 1.0, 1000.0, 1e6, 3e38}) {
     for (const std::int64_t n : {std::int64_t{1}, std::int64_t{128256}, std::int64_t{1} << 26}) {
       const double scale = sv::core::fixed_scale(max, n);
       EXPECT_TRUE(sv::core::fixed_in_domain(max * scale, n)) << max << " " << n;
@@ -148,6 +152,16 @@ TEST(FixedSum, TermsOutsideTheDomainAreFlaggedNotAdded) {
       EXPECT_EQ(std::frexp(scale, &e), 0.5) << "a power of two";
     }
   }
+}
+
+TEST(FixedSum, GarbageWordsWrapInsteadOfOverflowing) {
+  // fuzz_verify and fuzz_trees found it (UBSan): an invalid row's lanes, summed before its caller
+  // refuses it, held words near the int64 range. Words wrap; the caller discards the sum.
+  FixedSum s;
+  s.add_units(std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min());
+  s.merge(s);
+  s.add_repeated(1000.0 - 1e-9, std::numeric_limits<std::int64_t>::max());
+  EXPECT_TRUE(s.lo >= 0 && s.lo < (std::int64_t{1} << 40)) << "still canonical";
 }
 
 namespace {

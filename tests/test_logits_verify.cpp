@@ -479,31 +479,6 @@ TEST(LogitsVerify, TreeLogprobsMatchTheReference) {
   EXPECT_GT(deep, 0) << "no path reached a node's child: the test would not see its rows";
 }
 
-TEST(LogitsVerify, GreedyDraftWithoutMassOverAFullDraftMap) {
-  // fuzz_logits found: a greedy draft row whose every logit is -inf, read through a draft map that
-  // covers every target id, sent the residual draw searching the map for the target id of argmax
-  // -1 past its end (ASan, debug preset). Such a q is 0 everywhere (as a sampled draft without
-  // mass is): the residual is p itself, and the extra token follows p.
-  auto c = base(15, {1.0f, 4, 1.0f, 0.0f});  // top_k: drafts outside it have p(x) = 0, rejected
-  c.K = 1;
-  c.B = 20000;
-  for (std::int32_t d = 0; d < c.V; ++d) c.draft_to_target.push_back((d * 5 + 3) % c.V);  // a permutation
-  c.draft.params = {0.0f, 0, 1.0f, 0.0f};
-  c.draft_params_differ = true;
-  auto b = c.batch(5);
-  for (std::size_t i = 0; i < c.tokens.size(); ++i) c.tokens[i] = std::int32_t(i % std::size_t(c.V));
-  for (float& l : c.q_rows) l = -INFINITY;
-  verify(Standard{}, b, Randomness{17, 3}, c.output());
-  const std::vector<float> p = c.p();
-  std::vector<std::int64_t> extra(std::size_t(c.V));
-  for (std::int32_t s = 0; s < c.B; ++s) {
-    const std::int32_t n = c.accepted[std::size_t(s)];
-    ASSERT_EQ(n, p[std::size_t(c.tokens[std::size_t(s)])] > 0 ? 1 : 0) << "q = 0: accepted iff p(x) > 0";
-    ++extra[std::size_t(c.out[std::size_t(s) * 2 + std::size_t(n)])];
-  }
-  expect_fits(extra, p, "extra token");
-}
-
 /// A context-dependent logits model for decode loops: row(prev) over V tokens.
 struct LogitsModel {
   std::int32_t V;
@@ -651,6 +626,29 @@ TEST(LogitsBadInput, EveryTokenMaskedInARowThatMustBeRead) {
   auto b = c.batch(1);
   for (std::int32_t v = 0; v < c.V; ++v) c.p_rows[std::size_t(1) * (c.K + 1) * c.V + v] = -INFINITY;
   expect_rejected(c, b, {"sequence 1", "position 0", "keeps no token"});
+}
+
+TEST(LogitsBadInput, ADraftRowThatKeepsNoTokenIsNamedWhereItIsRead) {
+  // A draft row whose every logit is -inf keeps no token: nothing can have been sampled from it,
+  // so reading it is invalid input (API.md), named by sequence, position and row; sampled or
+  // greedy, and through a draft map that covers every target id (where fuzz_logits once found
+  // the residual draw searching the map past its end). Version 2 read such a row as q = 0.
+  for (const float draft_temperature : {1.0f, 0.0f}) {
+    for (const bool mapped : {false, true}) {
+      auto c = base(15, {1.0f, 4, 1.0f, 0.0f});
+      c.K = 1;
+      c.B = 3;
+      if (mapped) {
+        for (std::int32_t d = 0; d < c.V; ++d) c.draft_to_target.push_back((d * 5 + 3) % c.V);  // a permutation
+      }
+      c.draft.params = {draft_temperature, 0, 1.0f, 0.0f};
+      c.draft_params_differ = true;
+      auto b = c.batch(5);
+      for (std::int32_t v = 0; v < c.V; ++v) c.q_rows[std::size_t(1) * std::size_t(c.V) + std::size_t(v)] = -INFINITY;
+      SCOPED_TRACE(::testing::Message() << "T " << draft_temperature << (mapped ? ", mapped" : ""));
+      expect_rejected(c, b, {"sequence 1, position 0: draft logits row 1 keeps no token"});
+    }
+  }
 }
 
 TEST(LogitsBadInput, DraftMapOutOfRangeOrNotInjective) {

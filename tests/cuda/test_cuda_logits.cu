@@ -473,6 +473,33 @@ void expect_same_error(LogitsCase c, const Break& break_it) {
 
 LogitsCase small_case(bool reduced = false) { return LogitsCase(21, 6, 300, true, false, false, reduced, true, false); }
 
+TEST(LogitsBadInput, CoupledWithDeviceRandomnessNeedsPositions) {
+  // DeviceRandomness carries positions like Randomness; without them Coupled is refused on the
+  // host before any device work, so this runs anywhere (the pointers below are never read).
+  const std::int32_t offsets[3] = {0, 1, 2}, drafts[2] = {0, 1};
+  const float logits[8] = {};
+  const SamplingParams params[2] = {};
+  LogitsChainBatch<float> batch;
+  batch.batch_size = 2;
+  batch.vocab_size = 2;
+  batch.draft_offsets = offsets;
+  batch.draft_tokens = drafts;
+  batch.target_logits = logits;
+  batch.target_params = params;
+  std::int32_t tokens[4] = {}, accepted[2] = {};
+  const ChainOutput out{tokens, 2, accepted};
+  const std::uint64_t word = 0;
+  int placeholder = 0;
+  std::string message;
+  try {
+    (void)cuda::verify(Coupled{}, batch, cuda::DeviceRandomness{&word, &word}, out,
+                       cuda::Workspace{&placeholder, std::size_t{1} << 30}, nullptr);
+  } catch (const invalid_input& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("randomness.positions is null"), std::string::npos) << message;
+}
+
 TEST(LogitsBadInput, NaNTargetLogitIsNamed) {
   REQUIRE_DEVICE();
   expect_same_error(small_case(), [](LogitsCase& c) { c.target[std::size_t(c.offsets[3] + 3) * c.V + 17] = NAN; });

@@ -93,6 +93,7 @@ SPECVERIFY_HD WalkResult block_walk(const Rule&, const Layout& layout, const Sou
         const std::int64_t q_row = layout.draft_row(b, node);
         const View q_view = rows.open(source.draft_row(b, q_row));
         if (!view_ok(q_view)) return detail::fail(r, FaultKind::bad_value, node, node, -1, q_row);
+        if (!view_has_mass(q_view)) return detail::fail(r, FaultKind::draft_no_mass, node, node, -1, q_row);
         q_x = rows.value(q_view, x);
         if (!valid_probability_value(q_x)) return detail::fail(r, FaultKind::bad_value, node, node, -1, q_row, x, q_x);
       }

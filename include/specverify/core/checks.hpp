@@ -56,7 +56,7 @@ enum class Check : std::uint8_t {
   no_mass,            // name: the row's kind, a: the row
   too_many_children,  // a: the siblings the backend's rows hold (a CUDA block's fixed room)
   logit_value,        // name: "target logits row" or "draft logits row", a: the row, c: the index, value
-  no_kept_token,      // a: the target logits row
+  no_kept_token,      // name: target or draft logits row, a: the row
   draft_map_range,    // a: the draft id, c: its target id outside [0, vocab_size)
   draft_map_twice,    // a: the draft id, c: the target id a lower draft id already maps to
   guidance_row,       // a: unconditional_first_row[b]
@@ -395,6 +395,7 @@ SPECVERIFY_HD inline Finding from_fault(const Fault& f, std::int32_t b, Place it
   switch (f.kind) {
     case FaultKind::bad_row_max: r.check = Check::row_max; break;
     case FaultKind::target_no_mass: r.check = Check::no_mass; break;
+    case FaultKind::draft_no_mass: r.check = Check::no_mass; break;
     case FaultKind::too_many_children: r.check = Check::too_many_children; r.ints(f.column); break;
     default: break;
   }

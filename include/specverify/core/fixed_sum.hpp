@@ -11,8 +11,9 @@
 //   The roundings are double additions of kMagic = 1.5 * 2^52 (t + kMagic - kMagic rounds t to an
 //   integer for |t| < 2^51): two IEEE roundings per term, identical in scalar, SIMD and CUDA code.
 //
-// Domain: |t| < 2^11 per term and |sum| < 2^22 (callers whose values could exceed it scale the
-// terms by a power of two first: fixed_scale). Terms below 2^-81 in magnitude count as 0.
+// Domain: |t| < 2^10 per term and |sum| < 2^22; callers scale rows outside it, and rows whose
+// largest term lies below 2^-32, by a power of two first (fixed_scale). Terms below 2^-81 of that
+// scale count as 0.
 // Accuracy: each term moves by at most 2^-81, so n terms by at most n 2^-81: for V = 2^20 a sum
 // is within 2^-61 (4.3e-19) absolute of the exact sum of its terms. A draw whose weights total M
 // follows them within V 2^-81 / M in total variation: below 1e-6 for M >= 4.4e-13 at V = 2^20.
@@ -40,6 +41,12 @@ SPECVERIFY_HD inline double round_magic(double s) { return (s + kFixedMagic) - k
 inline constexpr double kFixedMaxTerm = 1024.0;  // 2^10
 inline constexpr double kFixedMaxSum = 4194304.0;  // 2^22
 
+/// a + b modulo 2^64: a sum of garbage terms (an invalid row, which its caller refuses anyway)
+/// wraps instead of overflowing; within the domain no sum comes near the range.
+SPECVERIFY_HD inline std::int64_t wrapping_add(std::int64_t a, std::int64_t b) {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+}
+
 struct FixedSum {
   std::int64_t hi = 0;  // units of 2^-40
   std::int64_t lo = 0;  // units of 2^-80
@@ -53,8 +60,8 @@ struct FixedSum {
     }
     const double s = t * kFixedHalfScale;
     const double h = round_magic(s);
-    hi += static_cast<std::int64_t>(h);
-    lo += static_cast<std::int64_t>(round_magic((s - h) * kFixedHalfScale));
+    hi = wrapping_add(hi, static_cast<std::int64_t>(h));
+    lo = wrapping_add(lo, static_cast<std::int64_t>(round_magic((s - h) * kFixedHalfScale)));
     carry();
   }
 
@@ -66,7 +73,7 @@ struct FixedSum {
       exact = false;
       return;
     }
-    hi += static_cast<std::int64_t>(round_magic(t * kFixedHalfScale));
+    hi = wrapping_add(hi, static_cast<std::int64_t>(round_magic(t * kFixedHalfScale)));
   }
 
   /// Adds t `times` times: the same words as that many add(t) (add_coarse(t) with `coarse`).
@@ -78,13 +85,15 @@ struct FixedSum {
       one.add(t);
     }
     exact = exact && one.exact;
-    add_units(one.hi * times, one.lo * times);
+    const auto times_u = static_cast<std::uint64_t>(times);
+    add_units(static_cast<std::int64_t>(static_cast<std::uint64_t>(one.hi) * times_u),
+              static_cast<std::int64_t>(static_cast<std::uint64_t>(one.lo) * times_u));
   }
 
   /// Adds `units` multiples of 2^-40 and 2^-80 (a SIMD lane's or a block's partial sum).
   SPECVERIFY_HD void add_units(std::int64_t hi_units, std::int64_t lo_units) {
-    hi += hi_units;
-    lo += lo_units;
+    hi = wrapping_add(hi, hi_units);
+    lo = wrapping_add(lo, lo_units);
     carry();
   }
 
@@ -95,7 +104,7 @@ struct FixedSum {
 
   /// The canonical form: lo in [0, 2^40), so equal sums have equal words.
   SPECVERIFY_HD void carry() {
-    hi += lo >> 40;  // arithmetic shift: floor division by 2^40
+    hi = wrapping_add(hi, lo >> 40);  // arithmetic shift: floor division by 2^40
     lo &= kFixedLoMask;
   }
 
@@ -108,9 +117,21 @@ struct FixedSum {
   SPECVERIFY_HD friend bool operator==(const FixedSum& a, const FixedSum& b) { return a.hi == b.hi && a.lo == b.lo; }
 };
 
-/// Whether n terms of magnitude at most max_term (after scaling) are inside the domain.
-SPECVERIFY_HD inline bool fixed_in_domain(double max_term, std::int64_t n) {
+/// Below this (2^-32), a row's largest term is scaled up before summing: a row of tiny weights
+/// (an unnormalised row, all of it far below 1) keeps its relative precision and its mass.
+inline constexpr double kFixedMinTerm = 2.3283064365386963e-10;
+
+/// Whether n terms of magnitude at most max_term fit the domain at scale 1 (no overflow).
+SPECVERIFY_HD inline bool fixed_fits(double max_term, std::int64_t n) {
   return max_term < kFixedMaxTerm && max_term * static_cast<double>(n) < kFixedMaxSum;
+}
+
+/// Whether a row of weights whose largest is max_term is summed at scale 1: it fits, and it is not
+/// so small that the grid would hold it coarsely (a row of zeros is summed as it is). The draws and
+/// masses use this; statistics whose slices must merge at one scale (entropy, divergences) only
+/// ask fixed_fits.
+SPECVERIFY_HD inline bool fixed_in_domain(double max_term, std::int64_t n) {
+  return fixed_fits(max_term, n) && (max_term >= kFixedMinTerm || max_term == 0.0);
 }
 
 /// The power of two above a valid probability or weight x (its binade's top; 2^-126 for 0 and
@@ -129,22 +150,29 @@ SPECVERIFY_HD inline double fixed_bound(float x) {
   return b;
 }
 
-/// The power of two by which terms bounded by `max_term`, n of them, are scaled into the domain
-/// (1 for rows of probabilities or weights <= 1 up to n = 2^21). A function of max_term's binade
-/// and n alone, so every worker that knows the row's max picks the same scale.
+/// The power of two by which terms bounded by `max_term` (> 0), n of them, are scaled: so that
+/// each stays below 2^10 and their sum below 2^22, and a row whose max lies below 2^-32 is
+/// scaled up to a max near 1. A function of max_term's binade and n alone, so every worker that
+/// knows the row's max picks the same scale (1 whenever fixed_in_domain holds).
 SPECVERIFY_HD inline double fixed_scale(double max_term, std::int64_t n) {
+  if (fixed_in_domain(max_term, n)) return 1.0;
   int log_n = 0;
   while ((std::int64_t{1} << log_n) < n && log_n < 62) ++log_n;
-  int e = 0;  // max_term < 2^e
+  int e = 0;  // max_term < 2^e, max_term >= 2^(e-1)
   double bound = 1.0;
   while (bound <= max_term && e < 1100) {
     bound *= 2.0;
     ++e;
   }
-  int k = e - 10;  // max_term 2^-k < 2^10
+  while (bound * 0.5 > max_term && e > -1100) {
+    bound *= 0.5;
+    --e;
+  }
+  int k = max_term >= kFixedMinTerm ? e - 10 : e;  // down to below 2^10, or up to below 1
   if (e + log_n - 22 > k) k = e + log_n - 22;
   double scale = 1.0;
   for (; k > 0; --k) scale *= 0.5;
+  for (; k < 0; ++k) scale *= 2.0;
   return scale;
 }
 

@@ -32,19 +32,11 @@
 #include <cstring>
 
 #include "specverify/config.hpp"
+#include "specverify/core/fused.hpp"
 #include "specverify/philox.hpp"
 #include "specverify/sampling.hpp"
 
 namespace specverify::core {
-
-/// a * b + c with one rounding, on every backend (compilers may not contract a * b + c alike).
-SPECVERIFY_HD inline float fused(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return __builtin_fmaf(a, b, c);
-#endif
-}
 
 SPECVERIFY_HD inline std::uint32_t float_bits(float x) {
 #if defined(__CUDA_ARCH__)
@@ -152,6 +144,13 @@ struct LogitView {
 template <class Logit>
 SPECVERIFY_HD bool view_ok(const LogitView<Logit>& view) {
   return view.ok;
+}
+
+/// Whether the row keeps a token: a draft row that keeps none cannot have been sampled from, so
+/// the walk refuses one it must read (API.md: invalid when it must be read).
+template <class Logit>
+SPECVERIFY_HD bool view_has_mass(const LogitView<Logit>& view) {
+  return view.has_mass();
 }
 
 /// One element of the row: its processed logit g, and whether the inputs were valid (l and u not

@@ -1,12 +1,13 @@
 // Per-element row arithmetic shared by every backend (host and device): the draw's chunking and
-// weights, and the terms of entropy and the divergences. One definition keeps the backends' tokens
-// and statistics identical up to the order of summation.
+// weights, and the terms of entropy and the divergences. One definition of
+// each term, and sums that are core::FixedSum, keep the backends' tokens and statistics identical.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "specverify/config.hpp"
+#include "specverify/core/fused.hpp"
 #include "specverify/rule.hpp"
 
 namespace specverify::core {
@@ -23,16 +24,6 @@ SPECVERIFY_HD constexpr std::int32_t chunk_length(std::int32_t n) {
 
 /// Residual weight max(p - q, 0), in double where p - q of two floats is (nearly always) exact.
 SPECVERIFY_HD inline double residual_weight(double p, double q) { return p > q ? p - q : 0.0; }
-
-/// a b + c with one rounding on every backend and build (a compiler left to contract a * b + c
-/// itself would do so on some instruction sets only).
-SPECVERIFY_HD inline double fused(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return fma(a, b, c);
-#else
-  return __builtin_fma(a, b, c);
-#endif
-}
 
 /// -p log p with 0 log 0 = 0.
 SPECVERIFY_HD inline double entropy_term(double p) { return p > 0 ? -p * std::log(p) : 0.0; }

@@ -76,7 +76,7 @@ inline std::string message(const Finding& f) {
         << " (logits must not be NaN or +inf, nor guidance overflow)";
       break;
     case Check::no_kept_token:
-      m << "target logits row " << f.a << " keeps no token (every logit masked or -inf) but must be read";
+      m << name << " " << f.a << " keeps no token (every logit masked or -inf) but must be read";
       break;
     case Check::draft_map_range:
       m << "draft_to_target[" << f.a << "] = " << f.c << ": draft_to_target entry outside the target vocabulary";
@@ -154,6 +154,15 @@ void validate(const Rule& rule, const Batch& batch, const Randomness& randomness
     if (first && first.stage == Stage::start) break;  // nothing ranks before it
   }
   raise_if(first);
+}
+
+/// Rules that draw the coupled sample key it by Randomness::positions: a null pointer is invalid
+/// for them on every backend and row source.
+template <class Rule>
+void check_positions(const Randomness& randomness) {
+  if (rule_traits<Rule>::on_reject == Draw::coupled && !randomness.positions) {
+    throw invalid_input("specverify::verify: randomness.positions is null (Coupled keys its samples by position)");
+  }
 }
 
 /// The first invalid value of a row, its column, or -1.

@@ -27,14 +27,6 @@ template <class... Parts>
   throw invalid_input(message.str());
 }
 
-/// Rules that draw the coupled sample key it by Randomness::positions.
-template <class Rule>
-void check_positions(const Randomness& randomness) {
-  if (rule_traits<Rule>::on_reject == Draw::coupled && !randomness.positions) {
-    reject("randomness.positions is null (Coupled keys its samples by position)");
-  }
-}
-
 /// Sampling parameters, the draft map (inverting it into target_to_draft) and guidance, for any
 /// logits batch. Runs after the layout's own validation.
 /// A sequence's sampling parameters out of range (check_sampling_params found `problem`).
@@ -122,8 +114,9 @@ SPECVERIFY_HD inline Finding logits_fault_finding(const Fault& f, std::int32_t b
   if (f.kind == FaultKind::bad_value) {
     finding.check = Check::logit_value;
     finding.named(f.target_row >= 0 ? "target logits row" : "draft logits row");
-  } else if (f.kind == FaultKind::target_no_mass) {
+  } else if (f.kind == FaultKind::target_no_mass || f.kind == FaultKind::draft_no_mass) {
     finding.check = Check::no_kept_token;
+    finding.named(f.target_row >= 0 ? "target logits row" : "draft logits row");
   }
   return finding;
 }
@@ -214,7 +207,7 @@ void validate(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Rand
               const ChainOutput& out, std::vector<std::int32_t>& target_to_draft) {
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
   validate(rule, detail::probability_shape(batch), randomness, out);
-  detail::check_positions<Rule>(randomness);
+  check_positions<Rule>(randomness);
   if (batch.batch_size == 0) return;
   detail::check_logits(batch, batch.draft_offsets[batch.batch_size], target_to_draft);
 }
@@ -225,7 +218,7 @@ void validate(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Rando
               const TreeOutput& out, std::vector<std::int32_t>& target_to_draft) {
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
   validate(rule, detail::probability_shape(batch), randomness, out);
-  detail::check_positions<Rule>(randomness);
+  check_positions<Rule>(randomness);
   if (batch.batch_size == 0) return;
   detail::check_logits(batch, std::int64_t{batch.node_offsets[batch.batch_size]} + batch.batch_size,
                        target_to_draft);

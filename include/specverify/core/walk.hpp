@@ -45,6 +45,7 @@ enum class FaultKind : std::uint8_t {
   bad_value,         // NaN, infinite or negative probability (or NaN / +inf logit) in a row read
   bad_row_max,       // target_row_max entry that is NaN, infinite or negative
   target_no_mass,    // a target row to draw from (or take the argmax of) has no mass
+  draft_no_mass,     // a draft row the walk reads keeps no token (a logits row whose every logit is masked)
   too_many_children, // more rejected siblings at one node than fixed rows hold (column: their room)
 };
 
@@ -95,6 +96,13 @@ SPECVERIFY_HD inline bool valid_probability_value(float v) {
 /// (A logits view says so itself: core/logit_rows.hpp.)
 template <class T>
 SPECVERIFY_HD bool view_ok(const T*) {
+  return true;
+}
+
+/// Whether a row keeps some token: probability rows are taken as given (their values are checked
+/// as read); a logits view says so itself (core/logit_rows.hpp).
+template <class T>
+SPECVERIFY_HD bool view_has_mass(const T*) {
   return true;
 }
 
@@ -214,6 +222,7 @@ SPECVERIFY_HD WalkResult walk_each(const Rule& rule, const Layout& layout, const
     if (has_q) {
       residual.q = rows.open(source.draft_row(b, q_row));
       if (!view_ok(residual.q)) return detail::fail(r, FaultKind::bad_value, depth, c, -1, q_row);
+      if (!view_has_mass(residual.q)) return detail::fail(r, FaultKind::draft_no_mass, depth, c, -1, q_row);
     }
     Position at;
     at.sequence = b;

@@ -327,7 +327,7 @@ SPECVERIFY_FLATTEN TermSum sum_terms_at(const float* p, const float* q, std::int
 template <class Arch, class Term>
 TermSum sum_terms(const float* p, const float* q, std::int32_t n, Term term) {
   TermSum r = sum_terms_at<Arch>(p, q, n, term, 1.0);
-  if (r.ok && !core::fixed_in_domain(r.max_term, n)) {
+  if (r.ok && !core::fixed_fits(r.max_term, n)) {
     r = sum_terms_at<Arch>(p, q, n, term, core::fixed_scale(r.max_term, n));
   }
   return r;

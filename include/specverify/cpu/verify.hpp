@@ -110,7 +110,7 @@ template <class Rule>
 VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                    const ChainOutput& out, const CpuOptions& options) {
   core::validate(rule, batch, randomness, out);
-  core::detail::check_positions<Rule>(randomness);
+  core::check_positions<Rule>(randomness);
   cpu::detail::check_options(options);
   if (batch.batch_size == 0) return {};
   return cpu::detail::run(rule, core::ChainLayout::of(batch), core::ProbSource<float>::of(batch), batch,
@@ -138,7 +138,7 @@ VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Random
   static_assert(!specverify::detail::has_cut<Rule>::value,
                 "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
   core::validate(rule, batch, randomness, out);
-  core::detail::check_positions<Rule>(randomness);
+  core::check_positions<Rule>(randomness);
   cpu::detail::check_options(options);
   if (batch.batch_size == 0) return {};
   return cpu::detail::run(rule, core::TreeLayout::of(batch), core::ProbSource<float>::of(batch), batch,

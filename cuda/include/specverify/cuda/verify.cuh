@@ -27,6 +27,8 @@ struct DeviceRandomness {
   const std::uint64_t* sequence_seeds{};    // optional device [B]
   const float* accept_uniforms{};           // optional device [drafts or nodes]
   const float* sample_uniforms{};           // optional device [B]
+  const std::int64_t* positions{};          // device [B]: absolute position of sequence b's first
+                                            //   draft (Coupled keys its samples by it)
 };
 
 namespace detail {
@@ -40,6 +42,7 @@ inline KernelRandomness from_device(const DeviceRandomness& randomness) {
   values.sequence_seeds = randomness.sequence_seeds;
   values.accept_uniforms = randomness.accept_uniforms;
   values.sample_uniforms = randomness.sample_uniforms;
+  values.positions = randomness.positions;
   return KernelRandomness{values, randomness.seed, randomness.offset};
 }
 
@@ -53,6 +56,7 @@ cudaError_t launch(const Rule& rule, const Batch& batch, const KernelRandomness&
                 "probabilities are float, __half or __nv_bfloat16");
   // What the host can check without reading device memory throws here, as on the CPU.
   core::validate_shape(rule, batch, out);
+  core::check_positions<Rule>(randomness.values);
   const std::size_t needed = workspace_bytes(rule, batch, out);
   if (!workspace.data || workspace.bytes < needed) {
     core::raise(core::batch_finding(core::Check::workspace, core::Stage::shape)

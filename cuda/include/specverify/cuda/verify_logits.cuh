@@ -218,7 +218,7 @@ cudaError_t launch_logits(const Rule& rule, const Batch& batch, const KernelRand
   if (batch.batch_size > 0 && !batch.target_logits) core::detail::reject("target_logits is null");
   const auto shape = core::detail::probability_shape(batch);
   core::validate_shape(rule, shape, out);
-  core::detail::check_positions<Rule>(randomness.values);
+  core::check_positions<Rule>(randomness.values);
   check_logits_shape(batch);
   const std::size_t needed = map_offset(batch, out.row_width, out.logprobs != nullptr) + map_bytes(batch);
   if (!workspace.data || workspace.bytes < needed) {
