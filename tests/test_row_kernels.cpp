@@ -110,3 +110,16 @@ TEST(RowKernels, ChunksAreBoundedSoSumsFitOnTheStack) {
 
 }  // namespace
 }  // namespace specverify::cpu
+
+TEST(Draw, NegativeZeroIsAZeroWeightNotABound) {
+  // fuzz_verify and fuzz_trees found it: -0.0's bits lie above every positive float's, so a bound
+  // on the row taken from the largest bits made the row's scale tiny and its mass round to zero.
+  const float p[2] = {-0.0f, 3.76f}, q[2] = {0.0f, 1.0f};
+  for (const float u : {0.0f, 0.5f, 0.99f}) {
+    EXPECT_EQ(specverify::cpu::draw(specverify::cpu::Weights::target(p, 2), u).value, 1);
+    EXPECT_EQ(specverify::cpu::draw(specverify::cpu::Weights::residual(p, q, -1, 2), u).value, 1);
+  }
+  std::vector<float> wide(1000, 1e-3f);
+  wide[17] = -0.0f;
+  EXPECT_GE(specverify::cpu::draw(specverify::cpu::Weights::target(wide.data(), 1000), 0.5f).value, 0);
+}

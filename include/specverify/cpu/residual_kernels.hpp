@@ -101,10 +101,11 @@ class ResidualLanes {
       largest = std::max(largest, core::float_bits(r_.p[i]));
       screen = std::max(screen, core::float_bits(r_.p[i]) | (r_.has_q ? core::float_bits(r_.q[i]) : 0u));
     }
-    if (screen >= BitsMax<Arch>::kInfBits) {
+    if (screen >= BitsMax<Arch>::kInfBits) {  // a value to check one by one (invalid, or -0)
       for (std::int32_t v = 0; v < n_; ++v) {
         if (!valid_probability(r_.p[v]) || (r_.has_q && !valid_probability(r_.q[v]))) return {0.0, false};
       }
+      largest = core::float_bits(scalar_max(r_.p, n_).value);  // -0's bits lie above every positive's
     }
     return {r_.steps > 0 ? 2.0 : core::fixed_bound(core::bits_float(largest)), true};
   }

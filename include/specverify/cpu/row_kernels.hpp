@@ -273,8 +273,10 @@ SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
       largest = std::max(largest, core::float_bits(w.p[i]));
       screen = std::max(screen, core::float_bits(w.p[i]) | (w.q ? core::float_bits(w.q[i]) : 0u));
     }
-    if (screen >= BitsMax<Arch>::kInfBits && !all_valid(w)) return {0.0, false};
-    return {core::fixed_bound(core::bits_float(largest)), true};
+    if (screen < BitsMax<Arch>::kInfBits) return {core::fixed_bound(core::bits_float(largest)), true};
+    // A value to check one by one (invalid, or -0, whose bits lie above every positive float's).
+    if (!all_valid(w)) return {0.0, false};
+    return {core::fixed_bound(scalar_max(w.p, w.n).value), true};
   };
   return cpu::draw<Arch>(vec, one, check, w.n, u);
 }
