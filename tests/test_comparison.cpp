@@ -171,6 +171,10 @@ TEST(Comparison, TinyEndToEndRun) {
   int progress = 0;
   const auto rows = sc::run_setting(pair, prompts, prompts, 1.0f, o, [&](const std::string&) { ++progress; });
   ASSERT_EQ(rows.size(), std::size_t(sc::rules_per_setting(o.sweep)));
+  // Trees verified by Standard ("Tree <drafting>"), Greedy ("Greedy tree") or Traversal ("Traversal <drafting>").
+  const auto is_tree = [](const sc::Row& r) {
+    return r.family.rfind("Tree", 0) == 0 || r.family == "Greedy tree" || r.family.rfind("Traversal ", 0) == 0;
+  };
   EXPECT_EQ(progress, int(rows.size()));
   for (const auto& r : rows) {
     SCOPED_TRACE(r.rule);
@@ -181,20 +185,21 @@ TEST(Comparison, TinyEndToEndRun) {
     if (r.family == "Standard") {
       EXPECT_LE(r.tokens_per_call, 3.0);  // K = 2
     }
-    if (r.family == "Block") {
+    if (r.family == "Block" || r.family == "Traversal") {
       EXPECT_LE(r.tokens_per_call, r.parameter + 1);  // K drafts and the extra token
     }
-    if (r.family.rfind("Tree", 0) == 0) {
+    if (is_tree(r)) {
       EXPECT_LE(r.tokens_per_call, 3.0);  // the default trees have depth 2
       EXPECT_GE(r.drafts_per_call, 1.0);
       EXPECT_LE(r.drafts_per_call, r.parameter);  // at most its node budget per call
     }
   }
-  // Block chains and every default tree ran.
+  // Block and Traversal chains and every default tree ran.
   EXPECT_EQ(std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.family == "Block"; }),
             std::ptrdiff_t(o.sweep.block_k.size()));
-  EXPECT_EQ(std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.family.rfind("Tree", 0) == 0; }),
-            std::ptrdiff_t(o.sweep.trees.size()));
+  EXPECT_EQ(std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.family == "Traversal"; }),
+            std::ptrdiff_t(o.sweep.traversal_k.size()));
+  EXPECT_EQ(std::count_if(rows.begin(), rows.end(), is_tree), std::ptrdiff_t(o.sweep.trees.size()));
   // Deterministic from the seed.
   const auto again = sc::run_setting(pair, prompts, prompts, 1.0f, o, [](const std::string&) {});
   for (std::size_t i = 0; i < rows.size(); ++i) {

@@ -71,7 +71,8 @@ struct DraftPolicy {
 
 /// The rules the comparison verifies trees with (any tree rule would do; these are the ones drafted).
 template <class Rule>
-inline constexpr bool kTreeRule = std::is_same_v<Rule, Standard> || std::is_same_v<Rule, Greedy>;
+inline constexpr bool kTreeRule =
+    std::is_same_v<Rule, Standard> || std::is_same_v<Rule, Greedy> || std::is_same_v<Rule, Traversal>;
 
 /// The per-draft input a policy gives its rule: the verifier score (SPRINTER) or the head's
 /// acceptance probability (SpecDec++); 1 for fixed chains, which read none.
@@ -283,7 +284,7 @@ RunStats decode(ModelPair& model, const std::vector<std::vector<std::int32_t>>& 
       if constexpr (kTreeRule<Rule>) {
         v = tree_step(model, text, active, settings, policy, make_rule(nullptr), step, rng, b, stats.verify_seconds);
       } else {
-        throw std::logic_error("the comparison drafts trees only for Standard and Greedy");
+        throw std::logic_error("the comparison drafts trees only for Standard, Greedy and Traversal");
       }
     } else {
       v = chain_step(model, text, active, settings, policy, heads, make_rule, collect, step, rng, b,

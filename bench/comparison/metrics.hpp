@@ -154,7 +154,7 @@ Quality measure_quality(const std::vector<QualityContext>& contexts, std::int32_
         verify(make_rule(nullptr), batch, Randomness{seed, std::uint64_t(t)}, TreeOutput{token, 2, &accepted},
                CpuOptions{1});
       } else {
-        throw std::logic_error("the comparison drafts trees only for Standard and Greedy");
+        throw std::logic_error("the comparison drafts trees only for Standard, Greedy and Traversal");
       }
       ++emitted[std::size_t(c.metric.bin(token[0]))];
       ++direct[std::size_t(c.metric.bin(draw(c.cdf_p)))];

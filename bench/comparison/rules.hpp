@@ -25,18 +25,23 @@ struct RuleSpec {
 struct TreeSetting {
   TreeShape shape;
   Drafted drafted = Drafted::deterministic;
-  bool greedy = false;  // verified by Greedy (else Standard)
+  bool greedy = false;     // verified by Greedy
+  bool traversal = false;  // verified by Traversal (i.i.d. children); else Standard
 };
 
 struct Sweep {
   std::vector<std::int32_t> standard_k{1, 2, 3, 4, 6, 8};
   std::vector<std::int32_t> block_k{4, 6};
+  std::vector<std::int32_t> traversal_k{4, 6};  // on chains, against Block at the same K
   // Trees at the node budgets of chains above: {2, 1} has 4 nodes (against K = 4), {2, 2} 6.
   std::vector<TreeSetting> trees{{{{2, 1}}, Drafted::deterministic},
                                  {{{2, 2}}, Drafted::deterministic},
                                  {{{2, 1}}, Drafted::sampled_without_replacement},
                                  {{{2, 2}}, Drafted::sampled_without_replacement},
-                                 {{{2, 2}}, Drafted::sampled}};
+                                 {{{2, 2}}, Drafted::sampled},
+                                 {{{2, 2}}, Drafted::sampled, false, true},
+                                 {{{3, 2}}, Drafted::sampled},
+                                 {{{3, 2}}, Drafted::sampled, false, true}};
   std::int32_t k = 4;          // chain length of every other fixed-length rule
   std::int32_t k_max = 16;     // SPRINTER and SpecDec++ chains end by their heads, or here
   std::vector<float> ears_beta{0.05f, 0.1f, 0.2f};
@@ -81,16 +86,24 @@ void for_each_rule(const Sweep& s, Visit&& visit) {
     std::snprintf(name, sizeof name, "Block K=%d", k);
     visit(RuleSpec{name, "Block", double(k), "Block"}, fixed(k), [](const float*) { return Block{}; });
   }
+  for (const std::int32_t k : s.traversal_k) {
+    std::snprintf(name, sizeof name, "Traversal K=%d", k);
+    visit(RuleSpec{name, "Traversal", double(k), "Traversal"}, fixed(k), [](const float*) { return Traversal{}; });
+  }
   for (const TreeSetting& t : s.trees) {
     const char* how = t.drafted == Drafted::deterministic ? "top-k"
                       : t.drafted == Drafted::sampled     ? "iid"
                                                           : "w/o-repl";
-    const std::string family = t.greedy ? "Greedy tree" : std::string("Tree ") + how;  // Greedy: top-k trees
+    // Greedy: top-k trees; Traversal: the Standard "Tree iid" of the same shape is its baseline.
+    const std::string family = t.greedy ? "Greedy tree" : t.traversal ? std::string("Traversal ") + how
+                                                                       : std::string("Tree ") + how;
     std::snprintf(name, sizeof name, "%s %s (%d)", family.c_str(), t.shape.name().c_str(), t.shape.nodes());
     const DraftPolicy policy{Drafting::tree, t.shape.nodes(), 0, t.shape, t.drafted};
     const RuleSpec spec{name, family, double(t.shape.nodes()), family + " " + std::to_string(t.shape.branching.at(0))};
     if (t.greedy) {
       visit(spec, policy, [](const float*) { return Greedy{}; });
+    } else if (t.traversal) {
+      visit(spec, policy, [](const float*) { return Traversal{}; });
     } else {
       visit(spec, policy, [](const float*) { return Standard{}; });
     }

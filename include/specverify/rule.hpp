@@ -44,11 +44,12 @@ enum class Draw {
   coupled,   // the Gumbel-max sample keyed by (seed, position, token): sample() of the row
 };
 
-/// How a rule decides a chain: draft by draft through decide() (the default), or jointly by one
-/// of the core's joint walks (chains only; a joint rule has no decide()).
+/// How a rule decides a chain or tree: draft by draft through decide() (the default), or jointly
+/// by one of the core's joint walks (a joint rule has no decide()).
 enum class Joint {
-  none,   // per draft: the first rejection ends the chain
-  block,  // block verification (Sun et al. 2024): core/block_walk.hpp
+  none,       // per draft: the first rejection ends the chain
+  block,      // block verification (Sun et al. 2024), chains: core/block_walk.hpp
+  traversal,  // traversal verification (Weng et al. 2025), trees and chains: core/traversal_walk.hpp
 };
 
 /// Divergences D(p, q) for FSD-style rules, natural log (API.md "Divergence").

@@ -14,6 +14,7 @@
 #include "specverify/rules/specdecpp.hpp"
 #include "specverify/rules/sprinter.hpp"
 #include "specverify/rules/standard.hpp"
+#include "specverify/rules/traversal.hpp"
 #include "specverify/sample.hpp"
 #include "specverify/sampling.hpp"
 #include "specverify/tree_conversions.hpp"

@@ -69,6 +69,12 @@ void bind_rules(py::module_& m) {
                     "Chains only (ChainBatch, LogitsChainBatch).")
       .def(py::init<>())
       .def("__repr__", [](const Block&) { return "Block()"; });
+  py::class_<Traversal>(m, "Traversal",
+                        "Traversal verification (Weng et al. 2025): decides a tree jointly from the leaves up;\n"
+                        "lossless, accepts at least as many tokens as Standard in expectation over the drafting, Block\n"
+                        "in law on chains. Needs children drafted i.i.d. from q (Drafted.sampled, with draft rows).")
+      .def(py::init<>())
+      .def("__repr__", [](const Traversal&) { return "Traversal()"; });
   py::class_<Greedy>(m, "Greedy", "Accept x iff x == argmax p (lowest index on ties); emit argmax p.")
       .def(py::init<>())
       .def("__repr__", [](const Greedy&) { return "Greedy()"; });

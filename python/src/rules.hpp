@@ -53,7 +53,7 @@ struct PySpecDecPP {
 
 inline constexpr const char* kInnerRuleNames = "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter or Coupled";
 inline constexpr const char* kRuleNames =
-    "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Coupled, Block or SpecDecPP";
+    "Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Coupled, Block, Traversal or SpecDecPP";
 
 /// Whether `rule` is a rule object SpecDecPP can wrap (any but SpecDecPP itself).
 inline bool is_inner_rule(py::handle rule) {
@@ -64,7 +64,7 @@ inline bool is_inner_rule(py::handle rule) {
 }
 
 /// Calls fn with the C++ rule for the Python rule object `rule`. SpecDecPP may not nest (nor wrap
-/// Block, which has no per-draft test). Neither has a tree form: for trees they raise here, before
+/// Block or Traversal, which have no per-draft test). Neither has a tree form: for trees they raise here, before
 /// a tree verify is instantiated with them.
 template <Shape kShape, bool kOuter = true, class Fn>
 decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
@@ -79,6 +79,7 @@ decltype(auto) with_rule(py::handle rule, std::int64_t drafts, Fn&& fn) {
   }
   if (py::isinstance<Coupled>(rule)) return fn(rule.cast<Coupled>());
   if constexpr (kOuter) {
+    if (py::isinstance<Traversal>(rule)) return fn(rule.cast<Traversal>());
     if (py::isinstance<Block>(rule)) {
       if constexpr (kShape == Shape::tree) {
         throw py::type_error(

@@ -43,6 +43,9 @@ void with_rule(std::istream& words, const RuleInputs& in, Fn&& fn) {
   if (name == "fsd") return words >> d >> a, fn(sv::Fsd{divergence(d), a});
   if (name == "rfsd") return words >> d >> a, fn(sv::ReducibleFsd{divergence(d), a});
   if (name == "sprinter") return words >> a, fn(sv::Sprinter{a, in.scores});
+  if constexpr (kOuter) {
+    if (name == "traversal") return fn(sv::Traversal{});
+  }
   if constexpr (kChains && kOuter) {
     if (name == "block") return fn(sv::Block{});
     if (name == "specdecpp") {

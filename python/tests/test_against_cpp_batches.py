@@ -23,6 +23,7 @@ RULES = [
     (lambda s, a: sv.Greedy(), "greedy"),
     (lambda s, a: sv.Coupled(), "coupled"),
     (lambda s, a: sv.Block(), "block"),
+    (lambda s, a: sv.Traversal(), "traversal"),
     (lambda s, a: sv.Ears(beta=0.3), "ears 0.3"),
     (lambda s, a: sv.Fsd(divergence=sv.Divergence.js, threshold=0.5), "fsd js 0.5"),
     (lambda s, a: sv.ReducibleFsd(divergence=sv.Divergence.tv, threshold=0.6), "rfsd tv 0.6"),
@@ -35,7 +36,7 @@ KINDS = ["chain", "tree", "logits_chain", "logits_tree", "logits_chain_full", "l
 class Case:
     """A random batch of one kind; arrays kept contiguous here, handed to Python as strided views."""
 
-    def __init__(self, kind, rng):
+    def __init__(self, kind, rng, iid=False):
         self.kind = kind.replace("_full", "")
         self.tree = "tree" in kind
         self.logits = kind.startswith("logits")
@@ -49,6 +50,8 @@ class Case:
             self.width = max(depth) + 1
             self.drafted = [sv.Drafted.sampled, sv.Drafted.sampled_without_replacement, sv.Drafted.deterministic][
                 int(rng.integers(0, 3))]
+            if iid:  # Traversal: children drafted i.i.d. from q
+                self.drafted = sv.Drafted.sampled
         else:
             self.width = int(counts.max()) + 1
             self.drafted = sv.Drafted.sampled
@@ -172,7 +175,7 @@ CASES = [(k, r, w) for k in KINDS for r, w in rules_for(k)]
 def test_tokens_match_cpp(tmp_path, module, kind, make_rule, words):
     totals = np.zeros(2, np.int64)
     for seed in range(3):  # three random batches of the kind
-        c = Case(kind, np.random.default_rng([seed, KINDS.index(kind)]))
+        c = Case(kind, np.random.default_rng([seed, KINDS.index(kind)]), iid=words == "traversal")
         expected = c.run_reference(tmp_path, words)
         conv = (lambda a: a) if module is np else module.from_numpy
         out_arrays = dict(tokens=conv(np.zeros((B, c.width), np.int32)), num_accepted=conv(np.zeros(B, np.int32)),

@@ -145,6 +145,17 @@ def test_block_has_no_tree_form():
     assert_untouched(out)
 
 
+def test_traversal_needs_iid_children():
+    out = tree_out()
+    with pytest.raises(sv.InvalidInput, match="Traversal verification needs children drafted i.i.d. from q.*"
+                                              "Drafted::sampled_without_replacement"):
+        sv.verify(sv.Traversal(), sv.TreeBatch(**tree_arrays(), drafted=sv.Drafted.sampled_without_replacement),
+                  sv.Randomness(1), out)
+    with pytest.raises(TypeError, match="SpecDecPP.inner must be one of"):
+        sv.SpecDecPP(inner=sv.Traversal())
+    assert_untouched(out)
+
+
 def test_batch_and_output_must_match():
     with pytest.raises(TypeError, match="a TreeBatch or LogitsTreeBatch with a TreeOutput.*batch=TreeBatch.*out=ChainOutput"):
         sv.verify(sv.Standard(), sv.TreeBatch(**tree_arrays()), sv.Randomness(1), chain_out())

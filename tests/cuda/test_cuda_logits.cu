@@ -362,7 +362,7 @@ void expect_same(const RulePair<Rule>& rule, const LogitsCase& c, Randomness r) 
   }
 }
 
-/// Every built-in rule (Block on chains), Coupled, a user's rule (typical acceptance) and the statistics probe.
+/// Every built-in rule (Block on chains, Traversal with q), Coupled, a user's rule (typical acceptance) and the statistics probe.
 template <class Logit>
 void every_rule(const LogitsCase& c, std::uint64_t seed) {
   Inputs in{DeviceArray<float>(c.scores), DeviceArray<float>(c.accept_probs)};
@@ -378,6 +378,7 @@ void every_rule(const LogitsCase& c, std::uint64_t seed) {
   expect_same<Logit>(RulePair<Coupled>{}, c, r);
   expect_same<Logit>(RulePair<TypicalAcceptance>{}, c, r);
   expect_same<Logit>(RulePair<Probe>{}, c, r);
+  if (!c.one_hot) expect_same<Logit>(RulePair<Traversal>{}, c, r);  // i.i.d. children, with q
   if (!c.tree) {
     expect_same<Logit>(RulePair<Block>{}, c, r);  // chains only: its walk is core/block_walk.hpp's
     expect_same<Logit>(RulePair<SpecDecPP<Standard>>{{0.6f, c.accept_probs.data(), {}},

@@ -125,8 +125,8 @@ struct Shape {
 
 class TreeCpuMatch : public ::testing::TestWithParam<Shape> {};
 
-/// Every rule with a tree form (SpecDecPP cuts chains and has none), for each Drafted, with
-/// seeds, per-sequence seeds and caller uniforms.
+/// Every rule with a tree form (SpecDecPP cuts chains and has none; Traversal needs sampled
+/// children), for each Drafted, with seeds, per-sequence seeds and caller uniforms.
 TEST_P(TreeCpuMatch, EveryRuleAndEveryDraftedGivesTheCpuTokens) {
   REQUIRE_DEVICE();
   const Shape s = GetParam();
@@ -164,6 +164,7 @@ TEST_P(TreeCpuMatch, EveryRuleAndEveryDraftedGivesTheCpuTokens) {
         expect_same(ReducibleFsd{d, 0.1f}, t, r);
       }
       expect_same<float>(Sprinter{0.6f, scores.data()}, Sprinter{0.6f, d_scores.get()}, t, t, r);
+      if (how == Drafted::sampled) expect_same(Traversal{}, t, r);  // i.i.d. children only
     }
   }
 }

@@ -344,11 +344,28 @@ void run(const Rule& rule, Case& c, bool params_ok) {
 
 Divergence pick_divergence(std::uint8_t v) { return static_cast<Divergence>(v % 5); }
 
+/// Whether Traversal takes the batch: children sampled i.i.d. with q, and no path deeper than its
+/// frames (parents out of order make the case known bad anyway).
+bool traversal_fits(const Case& c) {
+  if (c.batch.drafted != Drafted::sampled || !c.batch.draft_probs) return false;
+  for (std::size_t b = 0; b + 1 < c.offsets.size(); ++b) {
+    const std::int32_t first = c.offsets[b], count = c.offsets[b + 1] - first;
+    if (first < 0 || count <= 0 || std::size_t(first) + std::size_t(count) > c.parents.size()) continue;
+    std::vector<std::int32_t> depth(std::size_t(count), 1);
+    for (std::int32_t i = 0; i < count; ++i) {
+      const std::int32_t parent = c.parents[std::size_t(first + i)];
+      if (parent >= 0 && parent < i) depth[std::size_t(i)] = depth[std::size_t(parent)] + 1;
+      if (depth[std::size_t(i)] > core::kTraversalDepth) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  const std::uint8_t which = in.ConsumeIntegral<std::uint8_t>() % 7;
+  const std::uint8_t which = in.ConsumeIntegral<std::uint8_t>() % 8;
   const std::uint8_t kind = in.ConsumeIntegral<std::uint8_t>();
   const float a = edge_parameter(in, 2.0f), b = edge_parameter(in, 1.0f);
   Case c;
@@ -369,7 +386,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       run(Sprinter{b, scores ? scores : &kNoScore}, c, in_range(b, 0.0f, 1.0f) && scores_ok);
       break;
     }
-    default: run(TypicalAcceptance{b, a}, c, in_range(b, 0.0f, 1.0f) && nonneg_a); break;
+    case 6: run(TypicalAcceptance{b, a}, c, in_range(b, 0.0f, 1.0f) && nonneg_a); break;
+    default: run(Traversal{}, c, traversal_fits(c)); break;
   }
   current = nullptr;
   return 0;

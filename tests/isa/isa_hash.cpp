@@ -323,6 +323,7 @@ void every_tree_rule(const std::string& name, Batch batch, const Trees& t) {
       run_tree(n + " fsd tv", sv::Fsd{sv::Divergence::tv, 0.4f}, batch, t);
       run_tree(n + " coupled", sv::Coupled{}, batch, t);
       run_tree(n + " typical", TypicalAcceptance{}, batch, t);
+      run_tree(n + " traversal", sv::Traversal{}, batch, t);
     }
   }
 }

@@ -64,6 +64,8 @@ enum class Check : std::uint8_t {
   drafted,            // a: the value of a tree batch's `drafted`, outside the enum
   guidance_overflow,  // a: unconditional_first_row[b], c: the unconditional rows' stride
   guided_logit,       // a: the target logits row, c: the index, value: u + s (l - u), other: s
+  iid_drafts_needed,  // a: the batch's Drafted, -1: no draft rows (Traversal needs sampled children and q)
+  too_deep,           // a: the deepest path a joint walk keeps (Traversal's frames)
 };
 
 /// The stages of the order above: a lower stage is reported first.
@@ -226,6 +228,8 @@ struct BatchChecks<ChainBatch<Prob>> : NoSequenceHead {
 
   SPECVERIFY_HD static const char* offsets_name() { return "draft_offsets"; }
   SPECVERIFY_HD static const std::int32_t* offsets(const Batch& batch) { return batch.draft_offsets; }
+  /// -1 when the drafts come without q (one-hot), else how they were drafted.
+  static int drafted(const Batch& batch) { return batch.draft_probs ? static_cast<int>(Drafted::sampled) : -1; }
 
   static Finding shape(const Batch& batch) {
     if (Finding f = check_pointer(batch.target_probs, "target_probs")) return f;
@@ -266,6 +270,7 @@ struct BatchChecks<TreeBatch<Prob>> : NoSequenceHead {
 
   SPECVERIFY_HD static const char* offsets_name() { return "node_offsets"; }
   SPECVERIFY_HD static const std::int32_t* offsets(const Batch& batch) { return batch.node_offsets; }
+  static int drafted(const Batch& batch) { return batch.draft_probs ? static_cast<int>(batch.drafted) : -1; }
 
   static Finding shape(const Batch& batch) {
     if (Finding f = check_pointer(batch.target_probs, "target_probs")) return f;
@@ -326,7 +331,12 @@ Finding check_shape(const Rule& rule, const Batch& batch, const Output& out) {
   if (Finding f = check_pointer(K::offsets(batch), K::offsets_name())) return f;
   if (Finding f = check_pointer(out.tokens, "output tokens")) return f;
   if (Finding f = check_pointer(out.num_accepted, "output num_accepted")) return f;
-  return K::shape(batch);
+  if (Finding f = K::shape(batch)) return f;
+  // Traversal's guarantee averages over children drafted i.i.d. from q (TRAVERSAL.md).
+  if (rule_traits<Rule>::joint == Joint::traversal && K::drafted(batch) != static_cast<int>(Drafted::sampled)) {
+    return batch_finding(Check::iid_drafts_needed, Stage::shape).ints(K::drafted(batch));
+  }
+  return {};
 }
 
 /// Everything checked of sequence b before it is walked, stages start to sequence; the batch's own
@@ -397,6 +407,7 @@ SPECVERIFY_HD inline Finding from_fault(const Fault& f, std::int32_t b, Place it
     case FaultKind::target_no_mass: r.check = Check::no_mass; break;
     case FaultKind::draft_no_mass: r.check = Check::no_mass; break;
     case FaultKind::too_many_children: r.check = Check::too_many_children; r.ints(f.column); break;
+    case FaultKind::too_deep: r.check = Check::too_deep; r.ints(f.column); break;
     default: break;
   }
   return r;

@@ -6,6 +6,8 @@
 //   deterministic, one-hot draft: e_{c_i} (the target-only form: r(c_i) <- 0, renormalised)
 // A chain never has a second sibling, so its residual is always the plain max(p - q, 0), or, for
 // block verification (core/block_walk.hpp), the scaled max(s p - q, 0): r_1 = s p, s = p_scale.
+// Traversal verification (core/traversal_walk.hpp) uses both: r_1 = s p, and its steps divide by
+// Z_i + 1 - |r_i| instead of Z_i (inv_mass is whatever the walk absorbs with).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,7 @@ struct FixedSiblings {
 template <class View>
 struct Residual {
   View p{}, q{};
-  double p_scale = 1;  // s in r_1 = s * p: 1 but in block verification's residual (trees never scale)
+  double p_scale = 1;  // s in r_1 = s * p: 1 but in block and traversal verification
   bool has_q = false;  // false: every q_i is one-hot on its child
   Drafted drafted = Drafted::sampled;
   std::int32_t steps = 0;  // siblings absorbed so far, in `siblings`
@@ -66,8 +68,9 @@ struct Residual {
   SPECVERIFY_HD double current_scale() const { return removed < q_total ? 1.0 / (q_total - removed) : 0.0; }
 
   /// The absorbed steps collapsed (see weight()): off the sibling tokens every q_i is c_i q
-  /// (c_i = 1 sampled, the without-replacement scale, 0 one-hot), so with P = prod 1/Z_i and
-  /// S = sum c_i / P_i (P_i the product before step i), r - q_current = P (p - S q) there.
+  /// (c_i = 1 sampled, the without-replacement scale, 0 one-hot), so with P = s prod m_i (m_i the
+  /// steps' inv_mass) and S = sum c_i / P_i (P_i the product before step i, P_1 = s),
+  /// r - q_current = P (p - S q) there.
   struct Collapse {
     double shift = 0;    // S, including the current sibling's c / P
     double scale = 1;    // P
@@ -75,6 +78,7 @@ struct Residual {
   };
   SPECVERIFY_HD Collapse collapse(std::int32_t current) const {
     Collapse c;
+    c.scale = p_scale;
     const bool without = drafted == Drafted::sampled_without_replacement;
     for (std::int32_t s = 0; s < steps; ++s) {
       if (has_q) c.shift += (without ? siblings.scale[s] : 1.0) / c.scale;
@@ -83,6 +87,15 @@ struct Residual {
     if (current >= 0 && has_q) c.shift += (without ? current_scale() : 1.0) / c.scale;
     c.usable = c.scale > 0.0 && c.scale <= 1.7976931348623157e308 && c.shift <= 1.7976931348623157e308;
     return c;
+  }
+
+  /// A bound on the weights from the row's largest p (a function of the row and of this state, so
+  /// every worker picks the same FixedSum scale): each weight is at most P p (P the collapse's
+  /// scale, s before any step), and at most 1 once a sibling was absorbed (what is left of p then
+  /// sums to at most 1; 2 leaves room for rounding).
+  SPECVERIFY_HD double weight_bound(float largest_p) const {
+    const double b = collapse(kNoToken).scale * fixed_bound(largest_p);
+    return steps > 0 && !(b <= 2.0) ? 2.0 : b;
   }
 
   /// Whether v takes the steps one by one: a token whose q_i are not c_i q (one-hot drafts: the
@@ -101,7 +114,7 @@ struct Residual {
   /// and instruction set (a backend computes it lane by lane with these roundings):
   ///   no sibling absorbed, or v special, or the collapse unusable: the steps one by one,
   ///     r_1 = s p, then r_i - q_i with one rounding (a fused multiply-add) at each step;
-  ///   otherwise the collapse: max(p - S q, 0) P, p - S q with one rounding (trees never scale p).
+  ///   otherwise the collapse: max(p - S q, 0) P, p - S q with one rounding.
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD double weight(Rows& rows, std::int32_t current, std::int32_t v, const Collapse& c) const {
@@ -156,8 +169,7 @@ struct Scalar {
 
 /// The plain backend's residual operations (any backend may use them): one pass in index order,
 /// summed as a FixedSum (so the same as any backend's lanes or blocks). `x` is the sibling just
-/// rejected (kNoToken: r itself). The weights lie below 1 once a sibling was absorbed (r_i sums to
-/// 1) and below s p before: fixed_bound of the largest p bounds them, which sets the scale.
+/// rejected (kNoToken: r itself). Residual::weight_bound sets the scale.
 SPECVERIFY_HD_TEMPLATE
 template <class Rows, class View>
 SPECVERIFY_HD Scalar<FixedSum> residual_sum(Rows& rows, const Residual<View>& r, std::int32_t x, double& scale) {
@@ -168,7 +180,7 @@ SPECVERIFY_HD Scalar<FixedSum> residual_sum(Rows& rows, const Residual<View>& r,
     if (!(p >= 0.0f && p <= 3.402823466e+38f && q >= 0.0f && q <= 3.402823466e+38f)) return {FixedSum{}, false};
     largest = p > largest ? p : largest;
   }
-  const double bound = r.steps > 0 ? 2.0 : fixed_bound(largest);
+  const double bound = r.weight_bound(largest);
   scale = fixed_in_domain(bound, rows.n) ? 1.0 : fixed_scale(bound, rows.n);
   FixedSum total;
   for (std::int32_t v = 0; v < rows.n; ++v) total.add(r.weight(rows, x, v, c) * scale);

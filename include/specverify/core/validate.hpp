@@ -70,7 +70,20 @@ inline std::string message(const Finding& f) {
       break;
     case Check::row_max: m << "target_row_max[" << f.a << "] = " << f.value << " must be finite and >= 0"; break;
     case Check::no_mass: m << name << " " << f.a << " has no mass to draw from (all zero)"; break;
-    case Check::too_many_children: m << "more than " << f.a << " children rejected at one node"; break;
+    case Check::too_many_children:
+      m << "more than " << f.a << " rejected children kept at once (at one node; for Traversal, along one path)";
+      break;
+    case Check::too_deep:
+      m << "a path deeper than " << f.a << " nodes (Traversal verification keeps one frame per level, "
+        << f.a << " at most)";
+      break;
+    case Check::iid_drafts_needed:
+      m << "Traversal verification needs children drafted i.i.d. from q (Drafted::sampled, with draft rows); this "
+           "batch has "
+        << (f.a < 0 ? "no draft rows (one-hot drafts)"
+                    : f.a == static_cast<int>(Drafted::sampled_without_replacement) ? "Drafted::sampled_without_replacement"
+                                                                                     : "Drafted::deterministic");
+      break;
     case Check::logit_value:
       m << name << " " << f.a << " holds " << f.value << " at index " << f.c
         << " (logits must not be NaN or +inf, nor guidance overflow)";

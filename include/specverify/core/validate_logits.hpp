@@ -91,6 +91,7 @@ SPECVERIFY_HD ChainBatch<Logit> probability_shape(const LogitsChainBatch<Logit>&
   shape.draft_tokens = batch.draft_tokens;
   shape.target_probs = batch.target_logits;
   shape.target_stride = batch.target_stride;
+  shape.draft_probs = batch.draft_logits;  // whether there is q (a rule may need it); its rows are checked later
   return shape;
 }
 template <class Logit>

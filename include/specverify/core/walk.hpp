@@ -47,6 +47,7 @@ enum class FaultKind : std::uint8_t {
   target_no_mass,    // a target row to draw from (or take the argmax of) has no mass
   draft_no_mass,     // a draft row the walk reads keeps no token (a logits row whose every logit is masked)
   too_many_children, // more rejected siblings at one node than fixed rows hold (column: their room)
+  too_deep,          // a path deeper than a joint walk keeps (column: its frames)
 };
 
 struct Fault {
@@ -323,6 +324,13 @@ SPECVERIFY_HD WalkResult block_walk(const Rule& rule, const Layout& layout, cons
                                     const Randomness& randomness, std::int32_t b, Rows& rows,
                                     float* logprobs);
 
+/// The joint walk of traversal verification (core/traversal_walk.hpp, included at the end).
+SPECVERIFY_HD_TEMPLATE
+template <class Rule, class Layout, class Source, class Rows>
+SPECVERIFY_HD WalkResult traversal_walk(const Rule& rule, const Layout& layout, const Source& source,
+                                        const Randomness& randomness, std::int32_t b, Rows& rows,
+                                        float* logprobs);
+
 /// Walks sequence b from the root: at each node, tests the children in index order with the rule
 /// and follows the first accepted; where none is, draws the extra token as the rule says (from
 /// what is left of p after the rejected siblings, for residual rules), and where the path ends,
@@ -336,6 +344,8 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
                               float* logprobs = nullptr) {
   if constexpr (rule_traits<Rule>::joint == Joint::block) {
     return block_walk(rule, layout, source, randomness, b, rows, logprobs);
+  } else if constexpr (rule_traits<Rule>::joint == Joint::traversal) {
+    return traversal_walk(rule, layout, source, randomness, b, rows, logprobs);
   } else {
     return walk_each(rule, layout, source, randomness, b, rows, logprobs);
   }
@@ -344,3 +354,4 @@ SPECVERIFY_HD WalkResult walk(const Rule& rule, const Layout& layout, const Sour
 }  // namespace specverify::core
 
 #include "specverify/core/block_walk.hpp"
+#include "specverify/core/traversal_walk.hpp"

@@ -92,9 +92,8 @@ class ResidualLanes {
     return r_.weight(rows, current_, v, collapse_);
   }
 
-  /// Every value read valid, and a bound on the weights: below 1 once a sibling was absorbed (r
-  /// sums to 1, so 2 leaves room for rounding), below s p <= p before. From the largest p over the
-  /// whole row (its bits), a function of the row alone.
+  /// Every value read valid, and a bound on the weights: core::Residual::weight_bound of the
+  /// largest p over the whole row.
   Checked<double> operator()() const {
     std::uint32_t largest = largest_.value(), screen = r_.has_q ? screen_.value() : largest;
     for (std::int32_t i = n_ - n_ % WF; i < n_; ++i) {
@@ -107,7 +106,7 @@ class ResidualLanes {
       }
       largest = core::float_bits(scalar_max(r_.p, n_).value);  // -0's bits lie above every positive's
     }
-    return {r_.steps > 0 ? 2.0 : core::fixed_bound(core::bits_float(largest)), true};
+    return {r_.weight_bound(core::bits_float(largest)), true};
   }
 
  private:
