@@ -75,9 +75,10 @@ inline std::int32_t sample(const float* logits, std::int32_t vocab_size, const S
     while (v + 1 < vocab_size && core::processed_logit(row, v).valid) ++v;
     const core::Processed before = core::guided_logit(row, v);
     if (const core::OverlayEntry* e = core::overlay_entry(row.overlay, row.overlay_size, v)) {
-      if (before.valid && core::finite(before.g) && !core::finite(e->g)) {
+      const float after = core::penalised(before.g, *e, row.params);
+      if (before.valid && core::finite(before.g) && !core::finite(after)) {
         throw invalid_input("sample: position " + std::to_string(position) + ": bias and penalties give " +
-                            std::to_string(e->g) + " at token " + std::to_string(v) + " (logit " +
+                            std::to_string(after) + " at token " + std::to_string(v) + " (logit " +
                             std::to_string(before.g) + ": a finite logit must stay finite)");
       }
     }

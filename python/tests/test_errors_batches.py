@@ -306,5 +306,9 @@ def test_sampling_params_helper():
     assert q[0]["top_p"] == 0.5 and q[1]["min_p"] == np.float32(0.1)
     with pytest.raises(TypeError, match="takes a batch size or SamplingParams objects, got dict"):
         sv.sampling_params([{"temperature": 1.0}])
-    assert sv.SamplingParams.dtype.itemsize == 16
-    assert [sv.SamplingParams.dtype.fields[f][1] for f in ("temperature", "top_k", "top_p", "min_p")] == [0, 4, 8, 12]
+    assert sv.SamplingParams.dtype.itemsize == 28
+    assert [sv.SamplingParams.dtype.fields[f][1] for f in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                                                          "presence_penalty", "frequency_penalty")] == [0, 4, 8, 12, 16, 20, 24]
+    r = sv.sampling_params(2, repetition_penalty=1.3, presence_penalty=[0.5, 0], frequency_penalty=0.25)
+    assert list(r["repetition_penalty"]) == [np.float32(1.3)] * 2 and list(r["presence_penalty"]) == [0.5, 0]
+    assert sv.sampling_params([sv.SamplingParams(frequency_penalty=0.5)])[0]["frequency_penalty"] == 0.5

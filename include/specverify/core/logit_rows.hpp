@@ -4,8 +4,8 @@
 //
 // API.md fixes the nine steps. Per element:
 //   g(v) = u(v) + s (l(v) - u(v))        step 1, only with guidance; one fused multiply-add
-//   g(v) = the overlay's value            steps 2-3 (bias, penalties) for the few tokens listed
-//                                        (core/penalties.hpp); every other token unchanged
+//   g(v) = penalised(g(v), entry)         steps 2-3 (bias, penalties) for the few tokens the
+//                                        overlay lists (core/penalties.hpp); others unchanged
 //   g(v) = -inf where the bitmask forbids v (step 4)
 //   a(v) = (g(v) - max g) * (1/T)        the weight's argument, a <= 0 (two roundings, in this order)
 //   w(v) = exp_weight(a(v))               the shared exp below, on kept tokens; 0 elsewhere
@@ -117,7 +117,6 @@ struct LogitRow {
   PenaltyLists lists;                     // what the overlay is built from (core/overlay.hpp)
   const OverlayEntry* overlay{};          // built by the backend when the row opens; ascending index
   std::int32_t overlay_size = 0;
-  std::int32_t overlay_fault = -1;        // the first entry whose steps 2-3 overflowed a finite logit
   mutable std::int32_t overlay_cursor = 0;  // where the last vector read left off (a hint only)
 };
 
@@ -195,8 +194,9 @@ SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t
   Processed r = guided_logit(row, i);
   if (row.overlay_size) {
     if (const OverlayEntry* e = overlay_entry(row.overlay, row.overlay_size, i)) {
-      r.valid = r.valid && (finite(e->g) || !finite(r.g));
-      r.g = e->g;
+      const float x = penalised(r.g, *e, row.params);
+      r.valid = r.valid && (finite(x) || !finite(r.g));
+      r.g = x;
     }
   }
   if (row.allowed && !((row.allowed[i >> 5] >> (i & 31)) & 1u)) r.g = -kInf;

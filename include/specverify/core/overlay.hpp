@@ -20,7 +20,6 @@ class OverlayRoom {
   void build(LogitRow<Logit>& row) {
     row.overlay = nullptr;
     row.overlay_size = 0;
-    row.overlay_fault = -1;
     row.overlay_cursor = 0;
     const PenaltyLists& lists = row.lists;
     const bool penalise = !penalties_off(row.params);
@@ -59,15 +58,11 @@ class OverlayRoom {
       if (to == v) bias = lists.bias_values[lists.bias_order[o++]];
       const std::int32_t i = row.target_to_draft ? row.target_to_draft[v] : v;
       if (i < 0) continue;  // outside a reduced draft vocabulary: q(v) = 0 whatever its logit
-      const Processed pre = guided_logit(row, i);
-      entries_[n++] = {i, penalised(pre.g, bias, in, count, row.params)};
+      entries_[n++] = {i, bias, static_cast<float>(count), in ? 1 : 0};
     }
     if (row.target_to_draft) {
       std::sort(entries_.begin(), entries_.begin() + n,
                 [](const OverlayEntry& a, const OverlayEntry& b) { return a.index < b.index; });
-    }
-    for (std::int32_t k = 0; k < n && row.overlay_fault < 0; ++k) {
-      if (!finite(entries_[k].g) && finite(guided_logit(row, entries_[k].index).g)) row.overlay_fault = k;
     }
     row.overlay = entries_.data();
     row.overlay_size = n;

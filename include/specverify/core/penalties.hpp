@@ -12,10 +12,14 @@
 
 namespace specverify::core {
 
-/// One token of a row's overlay: its row index and its logit after steps 1-3 (before the bitmask).
+/// One token of a row's overlay: its row index and what steps 2-3 do to it. The adjusted logit is
+/// computed where a pass reads the token (from the value it already holds): building the overlay
+/// reads no element of the row, whose scattered reads would each miss the cache.
 struct OverlayEntry {
   std::int32_t index;
-  float g;
+  float bias;   // 0 for draft rows
+  float count;  // c(v): history count plus the drafts on the path
+  std::int32_t in;  // in the history or on the path: the penalties apply
 };
 
 /// Where a row's counts and bias come from: the sequence's lists and the drafts on the path to the
@@ -37,13 +41,18 @@ struct PenaltyLists {
 
 /// Steps 2 and 3 for one token, in float: l + bias, then for a token in the history or on the path
 /// l / r where positive else l * r, then minus f c + presence [c > 0] (one fused multiply-add).
-SPECVERIFY_HD inline float penalised(float g, float bias, bool in, std::int64_t count, const SamplingParams& params) {
+SPECVERIFY_HD inline float penalised(float g, float bias, bool in, float count, const SamplingParams& params) {
   float x = g + bias;
   if (!in) return x;
   const float r = params.repetition_penalty;
   x = x > 0.0f ? x / r : x * r;
-  const float presence = count > 0 ? params.presence_penalty : 0.0f;
-  return x - fused(params.frequency_penalty, static_cast<float>(count), presence);
+  const float presence = count > 0.0f ? params.presence_penalty : 0.0f;
+  return x - fused(params.frequency_penalty, count, presence);
+}
+
+/// Steps 2-3 of an overlay entry on the value g that step 1 gave.
+SPECVERIFY_HD inline float penalised(float g, const OverlayEntry& e, const SamplingParams& params) {
+  return penalised(g, e.bias, e.in != 0, e.count, params);
 }
 
 /// The overlay entry at row index i, or nullptr (a binary search: entries ascend by index).

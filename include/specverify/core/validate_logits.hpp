@@ -230,9 +230,11 @@ void name_penalty_fault(Finding& finding, const Fault& f, std::int32_t b, const 
   room.build(row);
   const Processed before = guided_logit(row, f.column);
   const OverlayEntry* e = overlay_entry(row.overlay, row.overlay_size, f.column);
-  if (!e || !before.valid || !finite(before.g) || finite(e->g)) return;
+  if (!e || !before.valid || !finite(before.g)) return;
+  const float after = penalised(before.g, *e, row.params);
+  if (finite(after)) return;
   finding.check = Check::penalised_logit;
-  finding.value = e->g;
+  finding.value = after;
   finding.other = before.g;
 }
 

@@ -147,12 +147,13 @@ SPECVERIFY_ALWAYS_INLINE FB<Arch> invalid_logit(const F<Arch>& l) {
   }
 }
 
-/// The overlay's values (steps 2-3) in the W lanes at row index i. Passes read the row in
-/// increasing order, so the row's cursor usually points at the next entry already: a pass costs
-/// one comparison per W tokens plus one select per entry; other reads find their place by
-/// binary search. (Overflow was found when the overlay was built: the view is not ok then.)
-template <class Arch>
-SPECVERIFY_ALWAYS_INLINE F<Arch> overlaid(const LogitRow<float>& row, std::int32_t i, F<Arch> g) {
+/// Steps 2-3 of the overlay's entries in the W lanes at row index i, on the lanes' values g from
+/// step 1 (core::penalised, lane by lane: the scalar path's bits). With kValidate, `ok` is cleared
+/// where they overflow a finite value. Passes read the row in increasing order, so the row's
+/// cursor usually points at the next entry already: a pass costs one comparison per W tokens plus
+/// the entries; other reads find their place by binary search.
+template <class Arch, bool kValidate>
+SPECVERIFY_ALWAYS_INLINE F<Arch> overlaid(const LogitRow<float>& row, std::int32_t i, F<Arch> g, FB<Arch>& ok) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   const core::OverlayEntry* e = row.overlay;
@@ -165,16 +166,25 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> overlaid(const LogitRow<float>& row, std::int32
     k = static_cast<std::int32_t>(std::lower_bound(e + k, e + n, i, below) - e);
   }
   if (k < n && e[k].index < i + W) {
+    // Step 1 again for the entry's element, from the L1-hot row (a vector store and scalar
+    // reloads of g would stall on store forwarding), then a select into its lane.
     alignas(64) static constexpr float kIota[64] = {
         0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
         22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
         44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
     static_assert(W <= 64, "one lane index per float lane");
     const B lane = B::load_aligned(kIota);
+    bool overflow = false;
     do {
-      g = xsimd::select(lane == B(static_cast<float>(e[k].index - i)), B(e[k].g), g);
+      const float before = core::guided_logit(row, e[k].index).g;
+      const float x = core::penalised(before, e[k], row.params);
+      overflow = overflow || (core::finite(before) && !core::finite(x));
+      g = xsimd::select(lane == B(static_cast<float>(e[k].index - i)), B(x), g);
       ++k;
     } while (k < n && e[k].index < i + W);
+    if constexpr (kValidate) {
+      if (overflow) ok = FB<Arch>(false);
+    }
   }
   row.overlay_cursor = k;
   return g;
@@ -199,7 +209,7 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<float>& row, std::int32_t
     }
     g = xsimd::select(masked, -inf, guided);
   }
-  if (row.overlay_size) g = overlaid<Arch>(row, i, g);
+  if (row.overlay_size) g = overlaid<Arch, kValidate>(row, i, g, ok);
   if (row.allowed) g = xsimd::select(allowed_lanes<Arch>(row.allowed, i), g, -inf);
   return g;
 }
@@ -523,7 +533,7 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   const bool top_p = !view.greedy && params.top_p < 1.0f;
   const bool collect = top_k || top_p;
   const d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
-  view.ok = s.ok && row.overlay_fault < 0;
+  view.ok = s.ok;
   view.max = s.max;
   view.argmax = s.argmax;
   if (!view.ok || !view.has_mass()) return view;
