@@ -52,6 +52,9 @@ def assert_untouched(out):
     ("top_k", -2, "sequence 1: target_params.top_k = -2 is out of range"),
     ("top_p", 0.0, "sequence 1: target_params.top_p = 0 is out of range"),
     ("min_p", 1.5, "sequence 1: target_params.min_p = 1.5 is out of range"),
+    ("repetition_penalty", 0.0, "sequence 1: target_params.repetition_penalty = 0 is out of range"),
+    ("presence_penalty", np.inf, "sequence 1: target_params.presence_penalty = inf is out of range"),
+    ("frequency_penalty", np.nan, "sequence 1: target_params.frequency_penalty = nan is out of range"),
 ])
 def test_sampling_params_out_of_range(field, value, message):
     arrays = logits_arrays()
