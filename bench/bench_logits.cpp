@@ -11,6 +11,10 @@
 //   build/release/bench/bench_logits_o2 ...   (the same at -O2, as RelWithDebInfo engines build)
 // Ratios (issue 10): Verify/<params>/rejected over ReadPass/rejected (goals 2.0x at T = 0.8, 3.0x
 // with top_k and top_p) and Engine/<params>/<path> over Verify/<params>/<path> (goal >= 2x).
+// Penalties (issue 17): VerifyPenalised/temperature/rejected (a history of 2,000 tokens and 50
+// bias entries per sequence) over Verify/penalties_baseline/temperature/rejected (goal <= 1.15x),
+// and EnginePenalised (dense [rows, V] counts, penalties on every row, softmax, verify) over it:
+//   build/release/bench/bench_logits --benchmark_filter='penalties_baseline|Penalised'
 #include <benchmark/benchmark.h>
 #include <xsimd/xsimd.hpp>
 
@@ -18,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -210,6 +215,141 @@ void Engine(benchmark::State& state, SamplingParams params, bool accepted) {
   }
   set_bytes(state, accepted);
 }
+
+// ------------------------------------------------------------------ penalties and logit bias
+
+/// Per sequence a history of kHistory tokens (ascending, counts 0 .. 3) and kBias biased tokens,
+/// with repetition 1.1, presence 0.3, frequency 0.2 (issue 17's benchmark).
+constexpr std::int32_t kHistory = 2000, kBias = 50;
+
+struct Lists {
+  std::vector<std::int32_t> h_offsets{0}, h_tokens, h_counts, b_offsets{0}, b_tokens;
+  std::vector<float> b_values;
+  Lists() {
+    std::mt19937_64 rng(11);
+    std::uniform_int_distribution<std::int32_t> token(0, kV - 1), count(0, 3);
+    std::uniform_real_distribution<float> bias(-2.0f, 2.0f);
+    for (std::int32_t b = 0; b < kB; ++b) {
+      std::set<std::int32_t> h;
+      while (static_cast<std::int32_t>(h.size()) < kHistory) h.insert(token(rng));
+      for (const std::int32_t t : h) {
+        h_tokens.push_back(t);
+        h_counts.push_back(count(rng));
+      }
+      h_offsets.push_back(static_cast<std::int32_t>(h_tokens.size()));
+      std::vector<std::int32_t> biased;
+      while (static_cast<std::int32_t>(biased.size()) < kBias) {
+        const std::int32_t t = token(rng);
+        if (std::find(biased.begin(), biased.end(), t) == biased.end()) biased.push_back(t);
+      }
+      for (const std::int32_t t : biased) {
+        b_tokens.push_back(t);
+        b_values.push_back(bias(rng));
+      }
+      b_offsets.push_back(static_cast<std::int32_t>(b_tokens.size()));
+    }
+  }
+};
+
+const Lists& lists() {
+  static const Lists l;
+  return l;
+}
+
+SamplingParams penalised(SamplingParams p) {
+  p.repetition_penalty = 1.1f;
+  p.presence_penalty = 0.3f;
+  p.frequency_penalty = 0.2f;
+  return p;
+}
+
+/// The library with the lists: the overlay merged into the passes that read each row.
+void VerifyPenalised(benchmark::State& state, SamplingParams params, bool accepted) {
+  Path path(accepted, penalised(params));
+  const Lists& l = lists();
+  LogitsChainBatch<float> batch = path.batch();
+  batch.history_offsets = l.h_offsets.data();
+  batch.history_tokens = l.h_tokens.data();
+  batch.history_counts = l.h_counts.data();
+  batch.bias_offsets = l.b_offsets.data();
+  batch.bias_tokens = l.b_tokens.data();
+  batch.bias_values = l.b_values.data();
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const VerifyStats stats = verify(Standard{}, batch, Randomness{1, step++}, path.output(), CpuOptions{1});
+    if (stats.accepted != path.expected_accepted()) state.SkipWithError("not the path this measures");
+  }
+  set_bytes(state, accepted);
+}
+
+/// What engines do: dense [rows, V] count tensors (history plus the drafts before each row),
+/// the penalties and bias applied to every element of every row, the softmax, then verify.
+void EnginePenalised(benchmark::State& state, SamplingParams params, bool accepted) {
+  const Logits& lg = logits();
+  const Lists& l = lists();
+  const SamplingParams pen = penalised(params);
+  Path path(accepted, params);
+  const LogitsChainBatch<float> logits_batch = path.batch();
+  std::vector<float> p(at(kTargetRows)), q(at(kDraftRows)), row(kV);
+  std::vector<std::int32_t> target_counts(at(kTargetRows)), draft_counts(at(kDraftRows));
+  std::vector<std::uint8_t> target_seen(at(kTargetRows)), draft_seen(at(kDraftRows));
+  std::vector<std::pair<float, std::int32_t>> order;
+  const ChainBatch<float> batch{kB, kV, lg.offsets.data(), logits_batch.draft_tokens, p.data(), q.data()};
+  const auto fill_counts = [&](std::int32_t b, std::int32_t j, std::int32_t* counts, std::uint8_t* seen) {
+    std::fill(counts, counts + kV, 0);
+    std::fill(seen, seen + kV, std::uint8_t{0});
+    for (std::int32_t e = l.h_offsets[b]; e < l.h_offsets[b + 1]; ++e) {
+      counts[l.h_tokens[e]] = l.h_counts[e];
+      seen[l.h_tokens[e]] = 1;
+    }
+    for (std::int32_t d = 0; d < j; ++d) {
+      const std::int32_t t = logits_batch.draft_tokens[b * kK + d];
+      ++counts[t];
+      seen[t] = 1;
+    }
+  };
+  const auto penalise = [&](const float* logits, const std::int32_t* counts, const std::uint8_t* seen,
+                            std::int32_t b, bool bias) {
+    for (std::int32_t v = 0; v < kV; ++v) {
+      float x = logits[v];
+      if (seen[v]) {
+        x = x > 0.0f ? x / pen.repetition_penalty : x * pen.repetition_penalty;
+        x -= pen.frequency_penalty * static_cast<float>(counts[v]) + (counts[v] > 0 ? pen.presence_penalty : 0.0f);
+      }
+      row[std::size_t(v)] = x;
+    }
+    if (bias) {
+      for (std::int32_t e = l.b_offsets[b]; e < l.b_offsets[b + 1]; ++e) row[std::size_t(l.b_tokens[e])] += l.b_values[e];
+    }
+  };
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    for (std::int32_t b = 0; b < kB; ++b) {
+      for (std::int32_t j = 0; j <= kK; ++j) {
+        fill_counts(b, j, &target_counts[at(target_row(b, j))], &target_seen[at(target_row(b, j))]);
+        if (j < kK) fill_counts(b, j, &draft_counts[at(draft_row(b, j))], &draft_seen[at(draft_row(b, j))]);
+      }
+    }
+    for (std::int32_t b = 0; b < kB; ++b) {
+      for (std::int32_t j = 0; j <= kK; ++j) {
+        const std::int32_t r = target_row(b, j);
+        penalise(&lg.target[at(r)], &target_counts[at(r)], &target_seen[at(r)], b, true);
+        engine_softmax(row.data(), params, &p[at(r)], order);
+        if (j == kK) continue;
+        const std::int32_t d = draft_row(b, j);
+        penalise(logits_batch.draft_logits + at(d), &draft_counts[at(d)], &draft_seen[at(d)], b, false);
+        engine_softmax(row.data(), params, &q[at(d)], order);
+      }
+    }
+    const VerifyStats stats = verify(Standard{}, batch, Randomness{1, step++}, path.output(), CpuOptions{1});
+    if (stats.accepted != path.expected_accepted()) state.SkipWithError("not the path this measures");
+  }
+  set_bytes(state, accepted);
+}
+
+BENCHMARK_CAPTURE(Verify, penalties_baseline/temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(VerifyPenalised, temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(EnginePenalised, temperature/rejected, kTemperature, false)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 BENCHMARK_CAPTURE(ReadPass, rejected, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);

@@ -14,17 +14,32 @@ struct SamplingParams {             // per sequence; the defaults change nothing
   std::int32_t top_k = 0;           // >= 0; 0 = off
   float top_p = 1.0f;               // (0, 1]; 1 = off
   float min_p = 0.0f;               // [0, 1]; 0 = off
+  float repetition_penalty = 1.0f;  // > 0 and finite; 1 = off
+  float presence_penalty = 0.0f;    // finite; 0 = off
+  float frequency_penalty = 0.0f;   // finite; 0 = off
 };
 
+/// Whether the parameters change no logit in step 3 (penalties): such rows need no overlay.
+SPECVERIFY_HD inline bool penalties_off(const SamplingParams& params) {
+  return params.repetition_penalty == 1.0f && params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f;
+}
+
 /// The first parameter out of range, named with the value seen: temperature >= 0 and finite,
-/// top_k >= 0, top_p in (0, 1], min_p in [0, 1]. NaN is out of every range.
+/// top_k >= 0, top_p in (0, 1], min_p in [0, 1], repetition_penalty > 0, presence_penalty and
+/// frequency_penalty finite. NaN is out of every range.
 SPECVERIFY_HD inline Problem check_sampling_params(const SamplingParams& params) {
   if (Problem p = Problem::unless_within("temperature", params.temperature, 0.0, 3.4028234663852886e+38)) {
     return p;
   }
   if (params.top_k < 0) return Problem{"top_k", static_cast<double>(params.top_k)};
   if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) return Problem{"top_p", params.top_p};
-  return Problem::unless_within("min_p", params.min_p, 0.0, 1.0);
+  if (Problem p = Problem::unless_within("min_p", params.min_p, 0.0, 1.0)) return p;
+  constexpr double kMax = 3.4028234663852886e+38;
+  if (!(params.repetition_penalty > 0.0f) || !(params.repetition_penalty <= kMax)) {
+    return Problem{"repetition_penalty", params.repetition_penalty};
+  }
+  if (Problem p = Problem::unless_within("presence_penalty", params.presence_penalty, -kMax, kMax)) return p;
+  return Problem::unless_within("frequency_penalty", params.frequency_penalty, -kMax, kMax);
 }
 
 }  // namespace specverify

@@ -109,6 +109,14 @@ struct LogitsChainBatch {
   const std::int64_t* unconditional_first_row{};  // [B]: first of sequence b's k_b + 1 rows, -1 = none
   const float* guidance_scale{};                  // [B]: s_b (finite)
   const std::uint32_t* allowed_tokens{};          // [target rows][ceil(V / 32)] grammar bitmask
+  // Penalties and logit bias (API.md "Penalties and logit bias, per draft position"): per
+  // sequence, ragged like the drafts; a pointer may be null when its list's total is 0.
+  const std::int32_t* history_offsets{};          // [B+1], or nullptr: no history
+  const std::int32_t* history_tokens{};           // prompt and generated tokens: ascending, unique per sequence
+  const std::int32_t* history_counts{};           // times each was generated so far (0: prompt only), >= 0
+  const std::int32_t* bias_offsets{};             // [B+1], or nullptr: no logit bias
+  const std::int32_t* bias_tokens{};              // unique per sequence, any order
+  const float* bias_values{};                     // finite; added to the token's target logit
 };
 
 /// TreeBatch with rows of logits and LogitsChainBatch's parameters (rows laid out as TreeBatch's).
@@ -132,6 +140,14 @@ struct LogitsTreeBatch {
   const std::int64_t* unconditional_first_row{};
   const float* guidance_scale{};
   const std::uint32_t* allowed_tokens{};
+  // Penalties and logit bias (API.md "Penalties and logit bias, per draft position"): per
+  // sequence, ragged like the drafts; a pointer may be null when its list's total is 0.
+  const std::int32_t* history_offsets{};          // [B+1], or nullptr: no history
+  const std::int32_t* history_tokens{};           // prompt and generated tokens: ascending, unique per sequence
+  const std::int32_t* history_counts{};           // times each was generated so far (0: prompt only), >= 0
+  const std::int32_t* bias_offsets{};             // [B+1], or nullptr: no logit bias
+  const std::int32_t* bias_tokens{};              // unique per sequence, any order
+  const float* bias_values{};                     // finite; added to the token's target logit
 };
 
 /// Bad input. Thrown before any output is written; the message names sequence, position and value.

@@ -65,7 +65,8 @@ def _fitting(name, value, dtype):
     return given.astype(dtype)
 
 
-def sampling_params(batch_size_or_params, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
+def sampling_params(batch_size_or_params, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+                    repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0):
     """Per-sequence sampling parameters as a NumPy array of SamplingParams.dtype, the layout the
     logits batches view in place (their target_params and draft_params).
 
@@ -79,12 +80,16 @@ def sampling_params(batch_size_or_params, *, temperature=1.0, top_k=0, top_p=1.0
         params["top_k"] = _fitting("top_k", top_k, np.int32)
         params["top_p"] = _fitting("top_p", top_p, np.float32)
         params["min_p"] = _fitting("min_p", min_p, np.float32)
+        params["repetition_penalty"] = _fitting("repetition_penalty", repetition_penalty, np.float32)
+        params["presence_penalty"] = _fitting("presence_penalty", presence_penalty, np.float32)
+        params["frequency_penalty"] = _fitting("frequency_penalty", frequency_penalty, np.float32)
         return params
     given = list(batch_size_or_params)
     for p in given:
         if not isinstance(p, SamplingParams):
             raise TypeError(f"specverify: sampling_params takes a batch size or SamplingParams objects, got {type(p).__name__}")
-    return np.array([(p.temperature, p.top_k, p.top_p, p.min_p) for p in given], SamplingParams.dtype)
+    return np.array([(p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty, p.presence_penalty,
+                      p.frequency_penalty) for p in given], SamplingParams.dtype)
 
 
 __all__ = [

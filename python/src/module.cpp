@@ -96,9 +96,12 @@ void bind_module(py::module_& m) {
             "tensors, zero-copy.";
   m.attr("kNoToken") = kNoToken;
   py::register_exception<invalid_input>(m, "InvalidInput", PyExc_ValueError);
-  PYBIND11_NUMPY_DTYPE(SamplingParams, temperature, top_k, top_p, min_p);
-  static_assert(sizeof(SamplingParams) == 16 && offsetof(SamplingParams, top_k) == 4 &&
-                    offsetof(SamplingParams, top_p) == 8 && offsetof(SamplingParams, min_p) == 12,
+  PYBIND11_NUMPY_DTYPE(SamplingParams, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                       frequency_penalty);
+  static_assert(sizeof(SamplingParams) == 28 && offsetof(SamplingParams, top_k) == 4 &&
+                    offsetof(SamplingParams, top_p) == 8 && offsetof(SamplingParams, min_p) == 12 &&
+                    offsetof(SamplingParams, repetition_penalty) == 16 &&
+                    offsetof(SamplingParams, presence_penalty) == 20 && offsetof(SamplingParams, frequency_penalty) == 24,
                 "SamplingParams.dtype documents this layout");
 
   bind_rules(m);
@@ -106,23 +109,33 @@ void bind_module(py::module_& m) {
   py::class_<SamplingParams>(m, "SamplingParams",
                              "One sequence's sampling parameters; the defaults change nothing.\n"
                              "temperature >= 0 (0: greedy), top_k >= 0 (0: off), top_p in (0, 1] (1: off),\n"
-                             "min_p in [0, 1] (0: off). Batches take them per sequence as a NumPy array of\n"
+                             "min_p in [0, 1] (0: off), repetition_penalty > 0 (1: off), presence_penalty and\n"
+                             "frequency_penalty finite (0: off). Batches take them per sequence as a NumPy array of\n"
                              "SamplingParams.dtype (viewed in place): see sampling_params().")
-      .def(py::init([](float temperature, std::int32_t top_k, float top_p, float min_p) {
-             return SamplingParams{temperature, top_k, top_p, min_p};
+      .def(py::init([](float temperature, std::int32_t top_k, float top_p, float min_p, float repetition_penalty,
+                       float presence_penalty, float frequency_penalty) {
+             return SamplingParams{temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                                   frequency_penalty};
            }),
-           py::kw_only(), "temperature"_a = 1.0f, "top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f)
+           py::kw_only(), "temperature"_a = 1.0f, "top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f,
+           "repetition_penalty"_a = 1.0f, "presence_penalty"_a = 0.0f, "frequency_penalty"_a = 0.0f)
       .def_readwrite("temperature", &SamplingParams::temperature)
       .def_readwrite("top_k", &SamplingParams::top_k)
       .def_readwrite("top_p", &SamplingParams::top_p)
       .def_readwrite("min_p", &SamplingParams::min_p)
+      .def_readwrite("repetition_penalty", &SamplingParams::repetition_penalty)
+      .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
+      .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
       .def("__eq__", [](const SamplingParams& a, const SamplingParams& b) {
-        return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p;
+        return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p &&
+               a.repetition_penalty == b.repetition_penalty && a.presence_penalty == b.presence_penalty &&
+               a.frequency_penalty == b.frequency_penalty;
       })
       .def("__repr__", [](const SamplingParams& p) {
         std::ostringstream r;
         r << "SamplingParams(temperature=" << p.temperature << ", top_k=" << p.top_k << ", top_p=" << p.top_p
-          << ", min_p=" << p.min_p << ")";
+          << ", min_p=" << p.min_p << ", repetition_penalty=" << p.repetition_penalty
+          << ", presence_penalty=" << p.presence_penalty << ", frequency_penalty=" << p.frequency_penalty << ")";
         return r.str();
       })
       .attr("dtype") = py::dtype::of<SamplingParams>();

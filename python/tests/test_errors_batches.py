@@ -52,6 +52,9 @@ def assert_untouched(out):
     ("top_k", -2, "sequence 1: target_params.top_k = -2 is out of range"),
     ("top_p", 0.0, "sequence 1: target_params.top_p = 0 is out of range"),
     ("min_p", 1.5, "sequence 1: target_params.min_p = 1.5 is out of range"),
+    ("repetition_penalty", 0.0, "sequence 1: target_params.repetition_penalty = 0 is out of range"),
+    ("presence_penalty", np.inf, "sequence 1: target_params.presence_penalty = inf is out of range"),
+    ("frequency_penalty", np.nan, "sequence 1: target_params.frequency_penalty = nan is out of range"),
 ])
 def test_sampling_params_out_of_range(field, value, message):
     arrays = logits_arrays()
@@ -176,7 +179,9 @@ def test_batch_and_output_must_match():
     ("target_params", lambda a: [sv.SamplingParams()] * 3, TypeError,
      "target_params must be a NumPy array of sv.SamplingParams.dtype.*got list"),
     ("target_params", lambda a: np.ones((3, 4), np.float32), TypeError, "target_params must be a NumPy array of sv.SamplingParams.dtype"),
-    ("target_params", lambda a: a.astype([("temperature", "<f4"), ("top_k", "<i4"), ("top_p", "<f4"), ("min_p", "<f8")]),
+    ("target_params", lambda a: a.astype([("temperature", "<f4"), ("top_k", "<i4"), ("top_p", "<f4"), ("min_p", "<f8"),
+                                              ("repetition_penalty", "<f4"), ("presence_penalty", "<f4"),
+                                              ("frequency_penalty", "<f4")]),
      TypeError, "target_params must be a NumPy array of sv.SamplingParams.dtype"),
     ("target_params", lambda a: np.repeat(a, 2)[::2], sv.InvalidInput, "target_params must be contiguous"),
     ("target_params", lambda a: None, TypeError, "target_params is required"),
@@ -317,5 +322,9 @@ def test_sampling_params_helper():
     assert q[0]["top_p"] == 0.5 and q[1]["min_p"] == np.float32(0.1)
     with pytest.raises(TypeError, match="takes a batch size or SamplingParams objects, got dict"):
         sv.sampling_params([{"temperature": 1.0}])
-    assert sv.SamplingParams.dtype.itemsize == 16
-    assert [sv.SamplingParams.dtype.fields[f][1] for f in ("temperature", "top_k", "top_p", "min_p")] == [0, 4, 8, 12]
+    assert sv.SamplingParams.dtype.itemsize == 28
+    assert [sv.SamplingParams.dtype.fields[f][1] for f in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                                                          "presence_penalty", "frequency_penalty")] == [0, 4, 8, 12, 16, 20, 24]
+    r = sv.sampling_params(2, repetition_penalty=1.3, presence_penalty=[0.5, 0], frequency_penalty=0.25)
+    assert list(r["repetition_penalty"]) == [np.float32(1.3)] * 2 and list(r["presence_penalty"]) == [0.5, 0]
+    assert sv.sampling_params([sv.SamplingParams(frequency_penalty=0.5)])[0]["frequency_penalty"] == 0.5

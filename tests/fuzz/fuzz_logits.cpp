@@ -17,6 +17,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +62,18 @@ SamplingParams params(FuzzedDataProvider& in, std::int32_t V, bool allow_bad) {
   if (flags & 1) p.top_k = static_cast<std::int32_t>(in.ConsumeIntegralInRange<std::int64_t>(0, V + 3));
   if (flags & 2) p.top_p = top_ps[in.ConsumeIntegral<std::uint8_t>() % 6];
   if (flags & 4) p.min_p = min_ps[in.ConsumeIntegral<std::uint8_t>() % 5];
+  if (flags & 8) {  // penalties, ordinary and extreme (overflow is refused, never ignored)
+    static const float repetitions[] = {1.0f, 1.5f, 0.5f, 1e-30f, 1e30f};
+    static const float additive[] = {0.0f, 0.5f, -1.0f, 3e38f, 2.0f};
+    const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();
+    p.repetition_penalty = repetitions[pick % 5];
+    p.presence_penalty = additive[(pick / 5) % 5];
+    p.frequency_penalty = additive[(pick / 25) % 5];
+  }
+  if (allow_bad && (flags & 0xf8) == 0xe8) {  // penalties out of range
+    p.repetition_penalty = (flags & 1) ? 0.0f : kNaN;
+    if (flags & 2) p.presence_penalty = kInf;
+  }
   if (allow_bad && (flags & 0xf0) == 0xf0) {  // out of range
     switch (flags & 7) {
       case 0: p.temperature = -1.0f; break;
@@ -86,6 +99,8 @@ struct Case {
   std::vector<std::uint32_t> allowed;
   std::vector<std::int32_t> d2t;
   std::vector<SamplingParams> tp, dp;
+  std::vector<std::int32_t> h_offsets, h_tokens, h_counts, b_offsets, b_tokens;
+  std::vector<float> b_values;
   Drafted drafted = Drafted::sampled;
   bool one_hot = false;
   // Outputs.
@@ -116,6 +131,16 @@ struct Case {
       batch.guidance_scale = scales.data();
     }
     if (!allowed.empty()) batch.allowed_tokens = allowed.data();
+    if (!h_offsets.empty()) {
+      batch.history_offsets = h_offsets.data();
+      batch.history_tokens = h_tokens.data();
+      batch.history_counts = h_counts.data();
+    }
+    if (!b_offsets.empty()) {
+      batch.bias_offsets = b_offsets.data();
+      batch.bias_tokens = b_tokens.data();
+      batch.bias_values = b_values.data();
+    }
   }
   LogitsChainBatch<float> chain() const {
     LogitsChainBatch<float> batch;
@@ -143,8 +168,22 @@ struct Case {
       r.guidance_scale = scales[b];
     }
     if (!allowed.empty()) r.allowed = allowed.data() + row * ((V + 31) / 32);
+    // Its penalty and bias lists as the library's source gives them (the bias in token order).
+    std::vector<std::int32_t> order;
+    if (tree) {
+      const auto batch = trees();
+      core::detail::check_penalty_lists(batch, order);
+      r.lists = core::LogitSource<float>::of(batch, offsets.data(), nullptr, order.data()).lists(b, row, true);
+    } else {
+      const auto batch = chain();
+      core::detail::check_penalty_lists(batch, order);
+      r.lists = core::LogitSource<float>::of(batch, offsets.data(), nullptr, order.data()).lists(b, row, true);
+    }
+    bias_order = order;
+    if (r.lists.bias_size > 0) r.lists.bias_order = bias_order.data() + b_offsets[b];
     return r;
   }
+  mutable std::vector<std::int32_t> bias_order;
 };
 
 Case decode(FuzzedDataProvider& in) {
@@ -232,6 +271,51 @@ Case decode(FuzzedDataProvider& in) {
     for (std::int32_t b = 0; b < c.B; ++b) c.positions.push_back(in.ConsumeIntegral<std::int32_t>());
     c.randomness.positions = c.positions.data();
   }
+  // Penalty and bias lists: short, in range, ascending and unique, or (allow_bad) not.
+  const std::uint8_t lists = in.remaining_bytes() > 0 ? in.ConsumeIntegral<std::uint8_t>() : 0;
+  if (lists & 1) {
+    c.h_offsets.push_back(0);
+    for (std::int32_t b = 0; b < c.B; ++b) {
+      std::int32_t t = -1;
+      for (std::int32_t e = in.ConsumeIntegralInRange<std::int32_t>(0, 6); e > 0; --e) {
+        t += 1 + in.ConsumeIntegralInRange<std::int32_t>(0, 3);
+        if (t >= c.V) break;
+        c.h_tokens.push_back(t);
+        c.h_counts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, 3));
+      }
+      c.h_offsets.push_back(static_cast<std::int32_t>(c.h_tokens.size()));
+    }
+    if (allow_bad && (lists & 4) && !c.h_tokens.empty()) {
+      const std::size_t e = in.ConsumeIntegralInRange<std::size_t>(0, c.h_tokens.size() - 1);
+      switch ((lists >> 3) & 3) {
+        case 0: c.h_counts[e] = -1; break;
+        case 1: c.h_tokens[e] = c.V; break;
+        case 2: c.h_tokens[e] = e > 0 ? c.h_tokens[e - 1] : -1; break;
+        default: c.h_tokens[e] = 0; break;
+      }
+    }
+  }
+  if (lists & 2) {
+    static const float biases[] = {0.0f, 1.5f, -2.0f, 3e38f, -3e38f, 100.0f};
+    c.b_offsets.push_back(0);
+    for (std::int32_t b = 0; b < c.B; ++b) {
+      for (std::int32_t e = in.ConsumeIntegralInRange<std::int32_t>(0, 4); e > 0; --e) {
+        const std::int32_t t = in.ConsumeIntegralInRange<std::int32_t>(0, c.V - 1);
+        if (std::find(c.b_tokens.begin() + c.b_offsets.back(), c.b_tokens.end(), t) != c.b_tokens.end()) continue;
+        c.b_tokens.push_back(t);
+        c.b_values.push_back(biases[in.ConsumeIntegral<std::uint8_t>() % 6]);
+      }
+      c.b_offsets.push_back(static_cast<std::int32_t>(c.b_tokens.size()));
+    }
+    if (allow_bad && (lists & 0x20) && !c.b_tokens.empty()) {
+      const std::size_t e = in.ConsumeIntegralInRange<std::size_t>(0, c.b_tokens.size() - 1);
+      if (lists & 0x40) {
+        c.b_values[e] = (lists & 0x80) ? kNaN : kInf;
+      } else {
+        c.b_tokens[e] = (lists & 0x80) ? -1 : c.b_tokens[e > 0 ? e - 1 : e];
+      }
+    }
+  }
   // Outputs: wide enough for the deepest path.
   for (std::int32_t b = 0; b < c.B; ++b) {
     std::vector<std::int32_t> depth(static_cast<std::size_t>(c.count(b)));
@@ -253,7 +337,9 @@ Case decode(FuzzedDataProvider& in) {
 void check_token(const Case& c, std::int32_t b, std::int64_t row, std::int32_t token, float logprob) {
   CHECK(token >= 0 && token < c.V, token, c.V);
   std::vector<float> scratch(static_cast<std::size_t>(c.V));
-  const core::LogitRow<float> r = c.target_row(b, row);
+  core::LogitRow<float> r = c.target_row(b, row);
+  core::OverlayRoom overlay;
+  overlay.build(r);
   const core::LogitView<float> view = cpu::prepare(r, scratch.data());
   CHECK(view.ok && view.has_mass(), b, row);
   const float p = core::probability(view, token);

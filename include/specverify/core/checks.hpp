@@ -66,12 +66,20 @@ enum class Check : std::uint8_t {
   guided_logit,       // a: the target logits row, c: the index, value: u + s (l - u), other: s
   iid_drafts_needed,  // a: the batch's Drafted, -1: no draft rows (Traversal needs sampled children and q)
   too_deep,           // a: the deepest path a joint walk keeps (Traversal's frames)
+  list_token,         // name: history_tokens or bias_tokens, a: the entry, c: the token, value: vocab_size
+  history_order,      // a: the entry, c: its token, value: the token of the entry before it
+  history_count,      // a: the entry, c: its count
+  bias_twice,         // a: the entry, c: its token, value: the sequence's earlier entry with that token
+  bias_value,         // a: the entry, value
+  penalised_logit,    // name: the row's kind, a: the row, c: the index, value: after steps 2-3, other: before
+  backend_unsupported,  // name: what the backend cannot do yet, value: the value asking for it
 };
 
 /// The stages of the order above: a lower stage is reported first.
 /// Batches of logits check their sampling inputs after every sequence's: params (per sequence),
 /// draft_rows and draft_map (the batch's), guidance (per sequence).
-enum class Stage : std::uint8_t { shape, start, offsets, rows, sequence, params, draft_rows, draft_map, guidance, walk };
+/// Then the penalty and bias lists (per sequence).
+enum class Stage : std::uint8_t { shape, start, offsets, rows, sequence, params, draft_rows, draft_map, guidance, penalties, walk };
 
 /// Where a finding is: the batch as a whole, a sequence, or one of its items.
 enum class Place : std::uint8_t { batch, sequence, position, node, root };

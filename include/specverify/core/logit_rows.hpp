@@ -2,14 +2,16 @@
 // backend reads values through (LogitView), and the per-element arithmetic every backend shares
 // (host and device), so CPU and CUDA compute bit-identical weights.
 //
-// API.md "Logits and sampling parameters" fixes the seven steps. Per element:
+// API.md fixes the nine steps. Per element:
 //   g(v) = u(v) + s (l(v) - u(v))        step 1, only with guidance; one fused multiply-add
-//   g(v) = -inf where the bitmask forbids v (step 2)
+//   g(v) = penalised(g(v), entry)         steps 2-3 (bias, penalties) for the few tokens the
+//                                        overlay lists (core/penalties.hpp); others unchanged
+//   g(v) = -inf where the bitmask forbids v (step 4)
 //   a(v) = (g(v) - max g) * (1/T)        the weight's argument, a <= 0 (two roundings, in this order)
 //   w(v) = exp_weight(a(v))               the shared exp below, on kept tokens; 0 elsewhere
 //   p(v) = w(v) * inv_norm                inv_norm = float(1 / norm), norm = sum of kept w, a
 //                                        core::FixedSum on its coarse grid (the same in any order)
-// T = 0 (greedy) makes p one-hot on the lowest index of max g. Steps 4-6 (top_k, top_p, min_p)
+// T = 0 (greedy) makes p one-hot on the lowest index of max g. Steps 6-8 (top_k, top_p, min_p)
 // reduce to one value threshold on g: kept(v) <=> g(v) >= threshold. That is exact because
 // exp_weight is non-decreasing (checked over every float argument), so each step's set of kept
 // tokens is an upper set in g: top_k keeps g >= the k-th largest value; top_p keeps the highest
@@ -33,6 +35,7 @@
 
 #include "specverify/config.hpp"
 #include "specverify/core/fused.hpp"
+#include "specverify/core/penalties.hpp"
 #include "specverify/philox.hpp"
 #include "specverify/sampling.hpp"
 
@@ -111,6 +114,10 @@ struct LogitRow {
   const std::uint32_t* allowed{};         // bitmask [ceil(n / 32)]: bit v % 32 of word v / 32; nullptr: all
   const std::int32_t* target_to_draft{};  // [target V], or nullptr: the row is indexed by target ids
   SamplingParams params;
+  PenaltyLists lists;                     // what the overlay is built from (core/overlay.hpp)
+  const OverlayEntry* overlay{};          // built by the backend when the row opens; ascending index
+  std::int32_t overlay_size = 0;
+  mutable std::int32_t overlay_cursor = 0;  // where the last vector read left off (a hint only)
 };
 
 /// What the pre-pass found; every read goes through it. `ok` is false when the pre-pass read a NaN
@@ -163,9 +170,9 @@ struct Processed {
 inline constexpr float kFloatMax = 3.402823466e+38f;
 inline constexpr float kInf = __builtin_huge_valf();
 
-/// Steps 1 and 2 at row index i.
+/// Step 1 at row index i: the logit, guided where the row has guidance.
 template <class Logit>
-SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t i) {
+SPECVERIFY_HD Processed guided_logit(const LogitRow<Logit>& row, std::int32_t i) {
   const float l = static_cast<float>(row.logits[i]);
   Processed r{l, l < kInf};
   if (row.unconditional) {
@@ -174,6 +181,23 @@ SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t
     const float guided = fused(row.guidance_scale, l - u, u);
     r.valid = r.valid && u < kInf && (masked || (guided >= -kFloatMax && guided <= kFloatMax));
     r.g = masked ? -kInf : guided;
+  }
+  return r;
+}
+
+SPECVERIFY_HD inline bool finite(float x) { return x >= -kFloatMax && x <= kFloatMax; }
+
+/// Steps 1-4 at row index i: guidance, the overlay's bias and penalties (invalid where they
+/// overflow a finite value), the bitmask.
+template <class Logit>
+SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t i) {
+  Processed r = guided_logit(row, i);
+  if (row.overlay_size) {
+    if (const OverlayEntry* e = overlay_entry(row.overlay, row.overlay_size, i)) {
+      const float x = penalised(r.g, *e, row.params);
+      r.valid = r.valid && (finite(x) || !finite(r.g));
+      r.g = x;
+    }
   }
   if (row.allowed && !((row.allowed[i >> 5] >> (i & 31)) & 1u)) r.g = -kInf;
   return r;

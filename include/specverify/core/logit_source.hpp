@@ -31,12 +31,22 @@ struct LogitSource {
   const float* guidance_scale{};
   const std::uint32_t* allowed{};
   std::int64_t allowed_words = 0;         // ceil(V / 32)
+  const std::int32_t* draft_tokens{};
+  const std::int32_t* parents{};          // trees; nullptr: chains
+  const std::int32_t* history_offsets{};
+  const std::int32_t* history_tokens{};
+  const std::int32_t* history_counts{};
+  const std::int32_t* bias_offsets{};
+  const std::int32_t* bias_tokens{};
+  const float* bias_values{};
+  const std::int32_t* bias_order{};       // per sequence, its bias entries in token order (validation sorts them)
 
   /// `target_to_draft`: the inverse map the caller built (build_target_to_draft) when the batch
   /// has a reduced draft vocabulary, else nullptr.
+  /// `bias_order`: the sorted bias entries validation built, where the batch has a bias list.
   template <class Batch, class Offsets>
   SPECVERIFY_HD static LogitSource of(const Batch& batch, const Offsets* offsets,
-                                      const std::int32_t* target_to_draft) {
+                                      const std::int32_t* target_to_draft, const std::int32_t* bias_order = nullptr) {
     const std::int64_t v = batch.vocab_size;
     const std::int32_t dv = batch.draft_vocab_size > 0 ? batch.draft_vocab_size : batch.vocab_size;
     return {offsets,
@@ -54,7 +64,47 @@ struct LogitSource {
             batch.unconditional_first_row,
             batch.guidance_scale,
             batch.allowed_tokens,
-            (v + 31) / 32};
+            (v + 31) / 32,
+            batch.draft_tokens,
+            parents_of(batch, 0),
+            batch.history_offsets,
+            batch.history_tokens,
+            batch.history_counts,
+            batch.bias_offsets,
+            batch.bias_tokens,
+            batch.bias_values,
+            bias_order};
+  }
+
+  /// A tree batch's parents; nullptr for chains.
+  template <class Batch>
+  SPECVERIFY_HD static auto parents_of(const Batch& batch, int) -> decltype(batch.parents) { return batch.parents; }
+  template <class Batch>
+  SPECVERIFY_HD static const std::int32_t* parents_of(const Batch&, long) { return nullptr; }
+
+  /// The lists of sequence b's row (p's with the bias, q's without): row j of either kind follows
+  /// drafts 0 .. j-1 of a chain, or node j-1 and its ancestors in a tree.
+  SPECVERIFY_HD PenaltyLists lists(std::int32_t b, std::int64_t row, bool target) const {
+    PenaltyLists l;
+    // A chain's draft rows are one per draft (no bonus row); a tree's are laid out as its target rows.
+    const std::int64_t first = std::int64_t{offsets[b]} + (target || parents ? b : 0);
+    l.path_end = static_cast<std::int32_t>(row - first);
+    l.drafts = draft_tokens + offsets[b];
+    if (parents) l.parents = parents + offsets[b];
+    if (history_offsets) {
+      const std::int32_t h = history_offsets[b];
+      l.history_tokens = history_tokens + h;
+      l.history_counts = history_counts + h;
+      l.history_size = history_offsets[b + 1] - h;
+    }
+    if (target && bias_offsets && bias_offsets[b + 1] > bias_offsets[b]) {
+      const std::int32_t o = bias_offsets[b];
+      l.bias_tokens = bias_tokens + o;
+      l.bias_values = bias_values + o;
+      l.bias_order = bias_order + o;
+      l.bias_size = bias_offsets[b + 1] - o;
+    }
+    return l;
   }
 
   SPECVERIFY_HD bool has_draft() const { return draft != nullptr; }
@@ -70,6 +120,7 @@ struct LogitSource {
       r.guidance_scale = guidance_scale[b];
     }
     if (allowed) r.allowed = allowed + row * allowed_words;
+    r.lists = lists(b, row, true);
     return r;
   }
 
@@ -79,6 +130,7 @@ struct LogitSource {
     r.n = draft_vocab_size;
     r.target_to_draft = target_to_draft;
     r.params = draft_params ? draft_params[b] : target_params[b];
+    r.lists = lists(b, row, false);
     return r;
   }
 

@@ -106,6 +106,25 @@ inline std::string message(const Finding& f) {
       m << "guidance gives " << f.value << " at index " << f.c << " of target logits row " << f.a
         << " (u + s (l - u) with guidance_scale s = " << f.other << " must stay finite)";
       break;
+    case Check::list_token:
+      m << name << "[" << f.a << "] = " << f.c << " is outside [0, " << f.value << ")";
+      break;
+    case Check::history_order:
+      m << "history_tokens[" << f.a << "] = " << f.c << " follows " << f.value
+        << " (a sequence's history must be ascending and unique)";
+      break;
+    case Check::history_count: m << "history_counts[" << f.a << "] = " << f.c << " must be >= 0"; break;
+    case Check::bias_twice:
+      m << "bias_tokens[" << f.a << "] = " << f.c << " is biased twice (also bias_tokens[" << f.value << "])";
+      break;
+    case Check::bias_value: m << "bias_values[" << f.a << "] = " << f.value << " must be finite"; break;
+    case Check::penalised_logit:
+      m << "bias and penalties give " << f.value << " at index " << f.c << " of " << name << " " << f.a
+        << " (logit " << f.other << ": a finite logit must stay finite)";
+      break;
+    case Check::backend_unsupported:
+      m << name << " = " << f.value << " asks for penalties, which this backend does not support yet";
+      break;
     case Check::guidance_overflow:
       m << "unconditional_first_row = " << f.a << " with its rows at unconditional_stride = " << f.c
         << " overflows the address range";

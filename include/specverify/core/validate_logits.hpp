@@ -3,13 +3,17 @@
 // the messages for a bad logit a row's pre-pass found.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <utility>
 #include <cstdint>
 #include <sstream>
 #include <vector>
 
 #include "specverify/core/logit_rows.hpp"
 #include "specverify/core/logit_source.hpp"
+#include "specverify/core/overlay.hpp"
 #include "specverify/core/validate.hpp"
 #include "specverify/sampling.hpp"
 #include "specverify/types.hpp"
@@ -143,8 +147,101 @@ SPECVERIFY_HD void name_guidance_fault(Finding& finding, const Fault& f, std::in
   finding.other = row.guidance_scale;
 }
 
+/// A ragged list's offsets [B+1]: start at 0, never decrease; its arrays non-null where it holds
+/// entries. Returns the list's total.
+inline std::int32_t check_list_offsets(const char* name, const std::int32_t* offsets, std::int32_t B,
+                                       std::initializer_list<std::pair<const char*, const void*>> arrays) {
+  if (offsets[0] != 0) raise(batch_finding(Check::offsets_start, Stage::penalties).named(name).ints(offsets[0]));
+  for (std::int32_t b = 0; b < B; ++b) {
+    if (offsets[b + 1] < offsets[b]) {
+      raise(sequence_finding(Check::offsets_decrease, Stage::penalties, b).named(name).ints(offsets[b], offsets[b + 1]));
+    }
+  }
+  if (offsets[B] > 0) {
+    for (const auto& [array, pointer] : arrays) {
+      if (!pointer) raise(batch_finding(Check::null_pointer, Stage::penalties).named(array));
+    }
+  }
+  return offsets[B];
+}
+
+/// The history and bias lists of every sequence (API.md: ascending unique history, counts >= 0,
+/// tokens in [0, V), unique bias tokens, finite bias values). `bias_order` receives each
+/// sequence's bias entries (sequence-local indices) in increasing token order.
 template <class Batch>
-void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<std::int32_t>& target_to_draft) {
+void check_penalty_lists(const Batch& batch, std::vector<std::int32_t>& bias_order) {
+  const std::int32_t B = batch.batch_size;
+  const auto token_finding = [&](const char* name, std::int32_t b, std::int32_t e, std::int32_t v) {
+    return sequence_finding(Check::list_token, Stage::penalties, b).named(name).ints(e, v).of(batch.vocab_size);
+  };
+  if (batch.history_offsets) {
+    check_list_offsets("history_offsets", batch.history_offsets, B,
+                       {{"history_tokens", batch.history_tokens}, {"history_counts", batch.history_counts}});
+    for (std::int32_t b = 0; b < B; ++b) {
+      for (std::int32_t e = batch.history_offsets[b]; e < batch.history_offsets[b + 1]; ++e) {
+        const std::int32_t v = batch.history_tokens[e];
+        if (v < 0 || v >= batch.vocab_size) raise(token_finding("history_tokens", b, e, v));
+        if (e > batch.history_offsets[b] && v <= batch.history_tokens[e - 1]) {
+          raise(sequence_finding(Check::history_order, Stage::penalties, b).ints(e, v).of(batch.history_tokens[e - 1]));
+        }
+        if (batch.history_counts[e] < 0) {
+          raise(sequence_finding(Check::history_count, Stage::penalties, b).ints(e, batch.history_counts[e]));
+        }
+      }
+    }
+  }
+  bias_order.clear();
+  if (!batch.bias_offsets) return;
+  const std::int32_t total = check_list_offsets("bias_offsets", batch.bias_offsets, B,
+                                                {{"bias_tokens", batch.bias_tokens}, {"bias_values", batch.bias_values}});
+  bias_order.resize(static_cast<std::size_t>(total));
+  for (std::int32_t b = 0; b < B; ++b) {
+    const std::int32_t first = batch.bias_offsets[b], size = batch.bias_offsets[b + 1] - first;
+    const std::int32_t* tokens = batch.bias_tokens + first;
+    for (std::int32_t k = 0; k < size; ++k) {
+      const std::int32_t v = tokens[k];
+      if (v < 0 || v >= batch.vocab_size) raise(token_finding("bias_tokens", b, first + k, v));
+      if (!std::isfinite(batch.bias_values[first + k])) {
+        raise(sequence_finding(Check::bias_value, Stage::penalties, b).ints(first + k).of(batch.bias_values[first + k]));
+      }
+    }
+    std::int32_t* order = bias_order.data() + first;
+    for (std::int32_t k = 0; k < size; ++k) order[k] = k;
+    // Token order, ties by entry: the later entry of a repeated token is the one named.
+    std::sort(order, order + size, [&](std::int32_t x, std::int32_t y) {
+      return tokens[x] != tokens[y] ? tokens[x] < tokens[y] : x < y;
+    });
+    for (std::int32_t k = 1; k < size; ++k) {
+      if (tokens[order[k]] == tokens[order[k - 1]]) {
+        raise(sequence_finding(Check::bias_twice, Stage::penalties, b)
+                  .ints(first + order[k], tokens[order[k]])
+                  .of(first + order[k - 1]));
+      }
+    }
+  }
+}
+
+/// A bad logit the naming found where the inputs are fine but steps 2-3 (bias, penalties) made a
+/// finite value infinite: the value after them and the one before are named.
+template <class Source>
+void name_penalty_fault(Finding& finding, const Fault& f, std::int32_t b, const Source& source) {
+  if (f.kind != FaultKind::bad_value || f.column < 0 || finding.check != Check::logit_value) return;
+  auto row = f.target_row >= 0 ? source.target_row(b, f.target_row) : source.draft_row(b, f.draft_row);
+  OverlayRoom room;
+  room.build(row);
+  const Processed before = guided_logit(row, f.column);
+  const OverlayEntry* e = overlay_entry(row.overlay, row.overlay_size, f.column);
+  if (!e || !before.valid || !finite(before.g)) return;
+  const float after = penalised(before.g, *e, row.params);
+  if (finite(after)) return;
+  finding.check = Check::penalised_logit;
+  finding.value = after;
+  finding.other = before.g;
+}
+
+template <class Batch>
+void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<std::int32_t>& target_to_draft,
+                  std::vector<std::int32_t>& bias_order) {
   const std::int32_t B = batch.batch_size;
   if (!batch.target_params) reject("target_params is null");
   for (std::int32_t b = 0; b < B; ++b) {
@@ -184,6 +281,7 @@ void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<s
                                 batch.unconditional_stride, batch.vocab_size));
     }
   }
+  check_penalty_lists(batch, bias_order);
 }
 
 /// The first logit at row index i..n of a row its pre-pass found bad (NaN or +inf, or a guided
@@ -202,27 +300,30 @@ std::int32_t first_bad_logit(const LogitRow<Logit>& row, float& value) {
 }  // namespace detail
 
 /// Throws invalid_input for anything wrong with a chain batch of logits. `target_to_draft`
-/// receives the inverse of draft_to_target when the draft vocabulary is reduced.
+/// receives the inverse of draft_to_target when the draft vocabulary is reduced, `bias_order`
+/// each sequence's bias entries in token order (LogitSource::of takes both).
 template <class Rule, class Logit>
 void validate(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
-              const ChainOutput& out, std::vector<std::int32_t>& target_to_draft) {
+              const ChainOutput& out, std::vector<std::int32_t>& target_to_draft,
+              std::vector<std::int32_t>& bias_order) {
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
   validate(rule, detail::probability_shape(batch), randomness, out);
   check_positions<Rule>(randomness);
   if (batch.batch_size == 0) return;
-  detail::check_logits(batch, batch.draft_offsets[batch.batch_size], target_to_draft);
+  detail::check_logits(batch, batch.draft_offsets[batch.batch_size], target_to_draft, bias_order);
 }
 
 /// Throws invalid_input for anything wrong with a tree batch of logits.
 template <class Rule, class Logit>
 void validate(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
-              const TreeOutput& out, std::vector<std::int32_t>& target_to_draft) {
+              const TreeOutput& out, std::vector<std::int32_t>& target_to_draft,
+              std::vector<std::int32_t>& bias_order) {
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
   validate(rule, detail::probability_shape(batch), randomness, out);
   check_positions<Rule>(randomness);
   if (batch.batch_size == 0) return;
   detail::check_logits(batch, std::int64_t{batch.node_offsets[batch.batch_size]} + batch.batch_size,
-                       target_to_draft);
+                       target_to_draft, bias_order);
 }
 
 /// Throws the invalid_input describing what walking sequence b of a logits batch found: a bad
@@ -230,9 +331,14 @@ void validate(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Rando
 template <class Layout, class Batch, class Source>
 [[noreturn]] void report_logits(const Fault& fault, std::int32_t b, const Batch&, const Source& source) {
   Fault f = fault;
-  name_bad_value(f, b, source, [](const auto& row, float& value) { return detail::first_bad_logit(row, value); });
+  OverlayRoom room;
+  name_bad_value(f, b, source, [&](auto row, float& value) {
+    room.build(row);
+    return detail::first_bad_logit(row, value);
+  });
   Finding finding = detail::logits_fault_finding(f, b, std::is_same_v<Layout, ChainLayout> ? Place::position : Place::node);
   detail::name_guidance_fault(finding, f, b, source);
+  detail::name_penalty_fault(finding, f, b, source);
   raise(finding);
 }
 

@@ -147,7 +147,50 @@ SPECVERIFY_ALWAYS_INLINE FB<Arch> invalid_logit(const F<Arch>& l) {
   }
 }
 
-/// Steps 1 and 2 for the W tokens at row index i (i + W <= n): g; with kValidate, `ok` is
+/// Steps 2-3 of the overlay's entries in the W lanes at row index i, on the lanes' values g from
+/// step 1 (core::penalised, lane by lane: the scalar path's bits). With kValidate, `ok` is cleared
+/// where they overflow a finite value. Passes read the row in increasing order, so the row's
+/// cursor usually points at the next entry already: a pass costs one comparison per W tokens plus
+/// the entries; other reads find their place by binary search.
+template <class Arch, bool kValidate>
+SPECVERIFY_ALWAYS_INLINE F<Arch> overlaid(const LogitRow<float>& row, std::int32_t i, F<Arch> g, FB<Arch>& ok) {
+  using B = F<Arch>;
+  constexpr std::int32_t W = B::size;
+  const core::OverlayEntry* e = row.overlay;
+  const std::int32_t n = row.overlay_size;
+  std::int32_t k = row.overlay_cursor;
+  const auto below = [](const core::OverlayEntry& x, std::int32_t t) { return x.index < t; };
+  if (k > 0 && e[k - 1].index >= i) {
+    k = static_cast<std::int32_t>(std::lower_bound(e, e + k, i, below) - e);
+  } else if (k < n && e[k].index < i) {
+    k = static_cast<std::int32_t>(std::lower_bound(e + k, e + n, i, below) - e);
+  }
+  if (k < n && e[k].index < i + W) {
+    // Step 1 again for the entry's element, from the L1-hot row (a vector store and scalar
+    // reloads of g would stall on store forwarding), then a select into its lane.
+    alignas(64) static constexpr float kIota[64] = {
+        0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+        22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+        44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+    static_assert(W <= 64, "one lane index per float lane");
+    const B lane = B::load_aligned(kIota);
+    bool overflow = false;
+    do {
+      const float before = core::guided_logit(row, e[k].index).g;
+      const float x = core::penalised(before, e[k], row.params);
+      overflow = overflow || (core::finite(before) && !core::finite(x));
+      g = xsimd::select(lane == B(static_cast<float>(e[k].index - i)), B(x), g);
+      ++k;
+    } while (k < n && e[k].index < i + W);
+    if constexpr (kValidate) {
+      if (overflow) ok = FB<Arch>(false);
+    }
+  }
+  row.overlay_cursor = k;
+  return g;
+}
+
+/// Steps 1-4 for the W tokens at row index i (i + W <= n): g; with kValidate, `ok` is
 /// cleared in lanes whose inputs are invalid. The same operations as core::processed_logit.
 /// Passes after the pre-pass's first read skip the validation (it has been done).
 template <class Arch, bool kValidate = true>
@@ -166,6 +209,7 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<float>& row, std::int32_t
     }
     g = xsimd::select(masked, -inf, guided);
   }
+  if (row.overlay_size) g = overlaid<Arch, kValidate>(row, i, g, ok);
   if (row.allowed) g = xsimd::select(allowed_lanes<Arch>(row.allowed, i), g, -inf);
   return g;
 }
@@ -466,7 +510,7 @@ void list_kept(LogitView<float>& view) {
 
 }  // namespace logits_detail
 
-/// The pre-pass: a view of `row` with its sampling parameters applied (API.md's seven steps).
+/// The pre-pass: a view of `row` with its sampling parameters applied (API.md's nine steps).
 /// `scratch` holds row.n floats: the top_k and top_p candidates while this runs, then the view's
 /// weights where it keeps them (view.weights points into scratch: the view reads them until
 /// scratch is reused). Parameters must have passed check_sampling_params. view.ok is false when a
@@ -492,7 +536,7 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   view.ok = s.ok;
   view.max = s.max;
   view.argmax = s.argmax;
-  if (!s.ok || !view.has_mass()) return view;
+  if (!view.ok || !view.has_mass()) return view;
   if (view.greedy) {
     view.norm = 1.0;
     view.inv_norm = 1.0f;

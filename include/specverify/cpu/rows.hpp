@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "specverify/core/overlay.hpp"
 #include "specverify/core/residual.hpp"
 #include "specverify/cpu/divergence_kernels.hpp"
 #include "specverify/cpu/logit_kernels.hpp"
@@ -71,8 +72,8 @@ struct Rows {
   }
 };
 
-/// Row operations over logits rows: the pre-pass on open() into two rows of scratch, taken in
-/// turn and reused for every row the thread opens; the rest is LogitRows. A view reads the weights
+/// Row operations over logits rows: the overlay (penalties, bias) and pre-pass on open() into two
+/// rows of scratch, taken in turn and reused for every row the thread opens; the rest is LogitRows. A view reads the weights
 /// its pre-pass kept in its scratch row, so it is valid until the second open() after it: the walk
 /// reads a node's p and q, the last two rows it opened.
 template <class Arch = DefaultArch>
@@ -81,6 +82,7 @@ struct OpenedLogitRows : LogitRows<Arch> {
   std::unique_ptr<float[]> scratch;  // [2][longest_row], not zeroed: the pre-pass writes before it reads
   std::size_t row_length;
   bool second = false;  // the scratch row the next open() takes
+  core::OverlayRoom overlays[2];  // each scratch row's penalties and bias
   SiblingRoom room;
 
   OpenedLogitRows(std::int32_t vocab_size, std::int32_t longest_row)
@@ -90,8 +92,10 @@ struct OpenedLogitRows : LogitRows<Arch> {
 
   View open(const core::LogitRow<float>& row) {
     float* const mine = scratch.get() + (second ? row_length : 0);
+    core::LogitRow<float> overlaid = row;
+    overlays[second].build(overlaid);  // lives as long as the scratch row it goes with
     second = !second;
-    return prepare<Arch>(row, mine);
+    return prepare<Arch>(overlaid, mine);
   }
   core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {

@@ -159,12 +159,13 @@ namespace cpu::detail {
 template <class Layout, class Rule, class Batch, class Output>
 VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Randomness& randomness,
                           const Output& out, const CpuOptions& options) {
-  std::vector<std::int32_t> target_to_draft;
-  core::validate(rule, batch, randomness, out, target_to_draft);
+  std::vector<std::int32_t> target_to_draft, bias_order;
+  core::validate(rule, batch, randomness, out, target_to_draft, bias_order);
   check_options(options);
   if (batch.batch_size == 0) return {};
   const auto source = core::LogitSource<float>::of(batch, Layout::of(batch).offsets,
-                                                   target_to_draft.empty() ? nullptr : target_to_draft.data());
+                                                   target_to_draft.empty() ? nullptr : target_to_draft.data(),
+                                                   bias_order.data());
   const std::int32_t longest = std::max(batch.vocab_size, source.draft_vocab_size);
   return run(rule, Layout::of(batch), source, batch, randomness, out, options,
              [&] { return OpenedLogitRows<>{batch.vocab_size, longest}; },

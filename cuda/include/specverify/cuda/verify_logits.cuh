@@ -104,6 +104,18 @@ __device__ core::Finding check_logit_inputs(const Batch& batch, std::int64_t dra
       walkable = false;
       return core::detail::params_finding(problem, draft != 0, b);
     }
+    // Penalties count the drafts on the path even without a history: this backend has no
+    // overlay yet (the CPU backend does), so it refuses them rather than skip them.
+    if (!penalties_off(params)) {
+      walkable = false;
+      const bool repetition = params.repetition_penalty != 1.0f, presence = params.presence_penalty != 0.0f;
+      const Problem problem{repetition ? "repetition_penalty" : presence ? "presence_penalty" : "frequency_penalty",
+                            repetition ? params.repetition_penalty
+                                       : presence ? params.presence_penalty : params.frequency_penalty};
+      core::Finding f = core::detail::params_finding(problem, draft != 0, b);
+      f.check = core::Check::backend_unsupported;
+      return f;
+    }
   }
   if (core::Finding f = core::detail::check_draft_rows(batch, draft_rows)) {
     walkable = false;
@@ -198,6 +210,9 @@ void check_logits_shape(const Batch& batch) {
   if (batch.draft_vocab_size > 0 && !batch.draft_to_target) {
     reject("draft_to_target is null (draft_vocab_size = ", batch.draft_vocab_size, ")");
   }
+  // No overlay on this backend yet: penalty and bias lists are refused, never ignored.
+  if (batch.history_offsets) reject("history_offsets is given, but the CUDA backend does not support penalties yet");
+  if (batch.bias_offsets) reject("bias_offsets is given, but the CUDA backend does not support logit bias yet");
   if (batch.unconditional_logits) {
     if (!batch.unconditional_first_row) reject("unconditional_first_row is null (guidance rows are given)");
     if (!batch.guidance_scale) reject("guidance_scale is null (guidance rows are given)");

@@ -1,0 +1,72 @@
+// Penalties and logit bias (API.md "Penalties and logit bias, per draft position") as a sparse
+// overlay on a row: the few tokens in the sequence's history, on the path to the row, or biased
+// get their adjusted logit once per row (steps 2 and 3, in float), and every pass that reads the
+// row substitutes those values; no [rows][V] count or mask buffer exists anywhere.
+#pragma once
+
+#include <cstdint>
+
+#include "specverify/config.hpp"
+#include "specverify/core/fused.hpp"
+#include "specverify/sampling.hpp"
+
+namespace specverify::core {
+
+/// One token of a row's overlay: its row index and what steps 2-3 do to it. The adjusted logit is
+/// computed where a pass reads the token (from the value it already holds): building the overlay
+/// reads no element of the row, whose scattered reads would each miss the cache.
+struct OverlayEntry {
+  std::int32_t index;
+  float bias;   // 0 for draft rows
+  float count;  // c(v): history count plus the drafts on the path
+  std::int32_t in;  // in the history or on the path: the penalties apply
+};
+
+/// Where a row's counts and bias come from: the sequence's lists and the drafts on the path to the
+/// row. Bias lists are read in token order through `bias_order` (a permutation of the sequence's
+/// entries that validation sorted), so the overlay is a merge of sorted lists.
+struct PenaltyLists {
+  const std::int32_t* history_tokens{};  // the sequence's, ascending
+  const std::int32_t* history_counts{};
+  std::int32_t history_size = 0;
+  const std::int32_t* bias_tokens{};     // the sequence's; nullptr for draft rows (bias is p's alone)
+  const float* bias_values{};
+  const std::int32_t* bias_order{};      // sequence-local entry indices in increasing token order
+  std::int32_t bias_size = 0;
+  const std::int32_t* drafts{};          // the sequence's draft tokens
+  const std::int32_t* parents{};         // a tree's sequence-local parents; nullptr: a chain
+  std::int32_t path_end = 0;             // the row's index j: a chain's drafts 0 .. j-1, a tree's
+                                         //   node j-1 and its ancestors (0: the root, no drafts)
+};
+
+/// Steps 2 and 3 for one token, in float: l + bias, then for a token in the history or on the path
+/// l / r where positive else l * r, then minus f c + presence [c > 0] (one fused multiply-add).
+SPECVERIFY_HD inline float penalised(float g, float bias, bool in, float count, const SamplingParams& params) {
+  float x = g + bias;
+  if (!in) return x;
+  const float r = params.repetition_penalty;
+  x = x > 0.0f ? x / r : x * r;
+  const float presence = count > 0.0f ? params.presence_penalty : 0.0f;
+  return x - fused(params.frequency_penalty, count, presence);
+}
+
+/// Steps 2-3 of an overlay entry on the value g that step 1 gave.
+SPECVERIFY_HD inline float penalised(float g, const OverlayEntry& e, const SamplingParams& params) {
+  return penalised(g, e.bias, e.in != 0, e.count, params);
+}
+
+/// The overlay entry at row index i, or nullptr (a binary search: entries ascend by index).
+SPECVERIFY_HD inline const OverlayEntry* overlay_entry(const OverlayEntry* entries, std::int32_t size, std::int32_t i) {
+  std::int32_t lo = 0, hi = size;
+  while (lo < hi) {
+    const std::int32_t mid = lo + (hi - lo) / 2;
+    if (entries[mid].index < i) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo < size && entries[lo].index == i ? entries + lo : nullptr;
+}
+
+}  // namespace specverify::core
