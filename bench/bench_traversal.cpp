@@ -17,25 +17,12 @@
 #include "read_pass.hpp"
 #include "specverify/specverify.hpp"
 #include "support.hpp"
+#include "tree_shape.hpp"
 
 namespace specverify::bench {
 namespace {
 
 constexpr std::int32_t kB = 64, kV = 128256, kPool = 16;
-
-/// bench_trees's tree: level sizes 4, 10, 8, 6, 4 (32 nodes), at most four children a parent.
-std::vector<std::int32_t> tree_parents() {
-  std::vector<std::int32_t> parents, above{-1};
-  for (std::int32_t size : {4, 10, 8, 6, 4}) {
-    std::vector<std::int32_t> level;
-    for (std::int32_t i = 0; i < size; ++i) {
-      parents.push_back(above[std::size_t(i / 4) % above.size()]);
-      level.push_back(std::int32_t(parents.size()) - 1);
-    }
-    above = level;
-  }
-  return parents;
-}
 
 /// The batch: rows copied from a pool of kPool (p, q) pairs (every row at its own address, so each
 /// pass reads memory), tokens sampled from the parent's q.

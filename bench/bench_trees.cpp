@@ -17,6 +17,7 @@
 #include "read_pass.hpp"
 #include "specverify/specverify.hpp"
 #include "support.hpp"
+#include "tree_shape.hpp"
 
 namespace specverify::bench {
 namespace {
@@ -32,20 +33,6 @@ struct Rows {
   float* row(std::int64_t r) const { return data.get() + r * kV; }
 };
 
-/// The tree: four children at the root and level sizes 4, 10, 8, 6, 4 (32 nodes, depth 5), each
-/// level's nodes spread over the first nodes of the level above, at most four per parent.
-std::vector<std::int32_t> tree_parents() {
-  std::vector<std::int32_t> parents, above{-1};
-  for (std::int32_t size : {4, 10, 8, 6, 4}) {
-    std::vector<std::int32_t> level;
-    for (std::int32_t i = 0; i < size; ++i) {
-      parents.push_back(above[std::size_t(i / 4) % above.size()]);
-      level.push_back(std::int32_t(parents.size()) - 1);
-    }
-    above = level;
-  }
-  return parents;
-}
 
 /// A root p and q like an LLM's (q = p's logits plus noise), with p = 0 at the four tokens the
 /// root's children carry, so every one of them is rejected.

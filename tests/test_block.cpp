@@ -12,6 +12,7 @@
 
 #include "bad_inputs.hpp"
 #include "markov.hpp"
+#include "reference_draw.hpp"
 #include "support.hpp"
 
 namespace specverify {
@@ -39,22 +40,7 @@ struct Chain {
   double q(std::size_t j, std::int32_t v) const { return one_hot() ? (v == x[j] ? 1.0 : 0.0) : Q[j][std::size_t(v)]; }
 };
 
-/// The smallest v with w_0 + ... + w_v > u * sum(w); -1 without mass.
-std::int32_t draw(const std::vector<double>& w, float u) {
-  double total = 0;
-  for (double v : w) total += v;
-  if (!(total > 0)) return -1;
-  double before = 0;
-  std::int32_t last = -1;
-  for (std::size_t v = 0; v < w.size(); ++v) {
-    if (w[v] > 0) {
-      before += w[v];
-      last = std::int32_t(v);
-      if (before > double(u) * total) return last;
-    }
-  }
-  return last;
-}
+using testing::reference_draw;
 
 /// Emitted tokens of block verification with uniforms u_1 .. u_k and u_extra.
 std::vector<std::int32_t> reference_block(const Chain& c, const std::vector<float>& u, float u_extra, Bug bug = Bug::none) {
@@ -85,8 +71,8 @@ std::vector<std::int32_t> reference_block(const Chain& c, const std::vector<floa
   for (std::size_t v = 0; v < V; ++v) {
     w[v] = tau == k ? c.P[k][v] : std::max(s * c.P[tau][v] - c.q(tau, std::int32_t(v)), 0.0);
   }
-  std::int32_t extra = draw(w, u_extra);
-  if (extra < 0) extra = draw(std::vector<double>(c.P[tau].begin(), c.P[tau].end()), u_extra);
+  std::int32_t extra = reference_draw(w, u_extra);
+  if (extra < 0) extra = reference_draw(std::vector<double>(c.P[tau].begin(), c.P[tau].end()), u_extra);
   out.push_back(extra);
   return out;
 }

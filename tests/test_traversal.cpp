@@ -11,6 +11,7 @@
 #include <set>
 
 #include "markov.hpp"
+#include "reference_draw.hpp"
 #include "tree_decode.hpp"
 
 namespace specverify {
@@ -24,22 +25,7 @@ using testing::Trees;
 // ---------------------------------------------------------------------------------------------
 // A plain reference of TRAVERSAL.md's formulas: recursive, in double, on one drafted tree.
 
-/// The smallest v with w_0 + ... + w_v > u * sum(w); -1 without mass.
-std::int32_t draw(const std::vector<double>& w, float u) {
-  double total = 0;
-  for (double v : w) total += v;
-  if (!(total > 0)) return -1;
-  double before = 0;
-  std::int32_t last = -1;
-  for (std::size_t v = 0; v < w.size(); ++v) {
-    if (w[v] > 0) {
-      before += w[v];
-      last = std::int32_t(v);
-      if (before > double(u) * total) return last;
-    }
-  }
-  return last;
-}
+using testing::reference_draw;
 
 struct Reference {
   const std::vector<std::int32_t>& parents;
@@ -94,11 +80,11 @@ struct Reference {
     visit(-1, R, mass, accepted, R_accepted, last);
     std::vector<std::int32_t> out;
     for (std::int32_t n = accepted; n >= 0; n = parents[std::size_t(n)]) out.insert(out.begin(), tokens[std::size_t(n)]);
-    std::int32_t extra = draw(R_accepted, u_extra);
+    std::int32_t extra = reference_draw(R_accepted, u_extra);
     if (extra < 0) {  // no mass left at the root (a rejection of probability 0): p itself
       std::vector<double> Pa(static_cast<std::size_t>(V));
       for (std::int32_t v = 0; v < V; ++v) Pa[std::size_t(v)] = P(accepted, v);
-      extra = draw(Pa, u_extra);
+      extra = reference_draw(Pa, u_extra);
     }
     out.push_back(extra);
     if (accepted_node) *accepted_node = accepted;

@@ -344,9 +344,11 @@ void run(const Rule& rule, Case& c, bool params_ok) {
 
 Divergence pick_divergence(std::uint8_t v) { return static_cast<Divergence>(v % 5); }
 
-/// Whether Traversal takes the batch: children sampled i.i.d. with q, and no path deeper than its
-/// frames (parents out of order make the case known bad anyway).
+/// Whether Traversal takes the batch: children sampled i.i.d. with q (an empty batch asks for
+/// nothing, as for every rule), and no path deeper than its frames (parents out of order make the
+/// case known bad anyway).
 bool traversal_fits(const Case& c) {
+  if (c.batch.batch_size == 0) return true;
   if (c.batch.drafted != Drafted::sampled || !c.batch.draft_probs) return false;
   for (std::size_t b = 0; b + 1 < c.offsets.size(); ++b) {
     const std::int32_t first = c.offsets[b], count = c.offsets[b + 1] - first;
