@@ -11,6 +11,7 @@
 #include <random>
 
 #include "bad_inputs.hpp"
+#include "context_free_logits.hpp"
 #include "markov.hpp"
 #include "reference_draw.hpp"
 #include "support.hpp"
@@ -572,22 +573,9 @@ TEST(BlockLogits, SequenceFollowsTheProcessedTarget) {
   constexpr std::int32_t V = 5, K = 3;
   const std::vector<float> target{1.2f, -0.3f, 0.4f, 2.0f, -1.0f}, draft{-0.5f, 0.9f, 0.4f, 0.1f, 1.5f};
   const SamplingParams tp{0.9f, 4, 1.0f, 0.0f}, dp{1.1f, 0, 1.0f, 0.0f};
-  // The processed p and q, as the library computes them (values through a one-row view).
-  const auto processed = [&](const std::vector<float>& l, const SamplingParams& params) {
-    core::LogitRow<float> row;
-    row.logits = l.data();
-    row.n = V;
-    row.params = params;
-    std::vector<float> scratch(V);
-    const auto view = cpu::prepare(row, scratch.data());
-    std::vector<float> p(V);
-    for (std::int32_t v = 0; v < V; ++v) p[std::size_t(v)] = core::probability(view, v);
-    return p;
-  };
-  const std::vector<float> p = processed(target, tp), q = processed(draft, dp);
+  const std::vector<float> p = testing::library_processed(target, tp), q = testing::library_processed(draft, dp);
   ASSERT_EQ(p[4], 0.0f) << "top_k = 4 removes token 4";
-  std::vector<float> exact;
-  for (std::int32_t i = 0; i < V * V * V; ++i) exact.push_back(p[std::size_t(i / 25)] * p[std::size_t(i / 5 % 5)] * p[std::size_t(i % 5)]);
+  const std::vector<float> exact = testing::iid_joint3(p);
   std::mt19937_64 rng(3);
   std::vector<float> trows, drows;
   for (std::int32_t j = 0; j <= K; ++j) trows.insert(trows.end(), target.begin(), target.end());

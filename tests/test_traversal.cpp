@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <set>
 
+#include "context_free_logits.hpp"
 #include "markov.hpp"
 #include "reference_draw.hpp"
 #include "tree_decode.hpp"
@@ -111,16 +111,7 @@ TEST(TraversalExactness, Chain) { expect_exact(testing::models(5, false), {-1, 0
 
 // I.i.d. children repeat tokens often under a peaked q: each rejected duplicate is absorbed again.
 TEST(TraversalExactness, DuplicatesUnderPeakedDraft) {
-  std::mt19937_64 rng(5);
-  const Markov p = Markov::random(4, rng), q = Markov::random(4, rng, 4.0);
-  std::mt19937_64 count_rng(1);
-  std::int32_t with_duplicates = 0;
-  for (std::int32_t i = 0; i < 1000; ++i) {
-    const DraftedTree t(p, q, testing::full_tree(3, 1), -1, Drafted::sampled, count_rng);
-    with_duplicates += std::set<std::int32_t>(t.tokens.begin(), t.tokens.end()).size() < 3;
-  }
-  EXPECT_GT(with_duplicates, 500);  // the case under test is the common one
-  expect_exact({p, q}, testing::full_tree(3, 2));
+  expect_exact(testing::peaked_draft_models(), testing::full_tree(3, 2));
 }
 
 /// Decode loops with the reference: exact, or with the planted normaliser.
@@ -371,21 +362,9 @@ TEST(TraversalLogits, SequenceFollowsTheProcessedTarget) {
   const std::int32_t N = std::int32_t(shape.size());
   const std::vector<float> target{1.2f, -0.3f, 0.4f, 2.0f, -1.0f}, draft{-0.5f, 0.9f, 0.4f, 0.1f, 1.5f};
   const SamplingParams tp{0.9f, 4, 0.95f, 0.0f}, dp{1.1f, 0, 1.0f, 0.0f};
-  const auto processed = [&](const std::vector<float>& l, const SamplingParams& params) {
-    core::LogitRow<float> row;
-    row.logits = l.data();
-    row.n = V;
-    row.params = params;
-    std::vector<float> scratch(V);
-    const auto view = cpu::prepare(row, scratch.data());
-    std::vector<float> p(V);
-    for (std::int32_t v = 0; v < V; ++v) p[std::size_t(v)] = core::probability(view, v);
-    return p;
-  };
-  const std::vector<float> p = processed(target, tp), q = processed(draft, dp);
+  const std::vector<float> p = testing::library_processed(target, tp), q = testing::library_processed(draft, dp);
   ASSERT_EQ(p[4], 0.0f) << "top_k = 4 removes token 4";
-  std::vector<float> exact;
-  for (std::int32_t i = 0; i < V * V * V; ++i) exact.push_back(p[std::size_t(i / 25)] * p[std::size_t(i / 5 % 5)] * p[std::size_t(i % 5)]);
+  const std::vector<float> exact = testing::iid_joint3(p);
   std::mt19937_64 rng(3);
   std::vector<float> trows, drows;
   for (std::int32_t j = 0; j <= N; ++j) trows.insert(trows.end(), target.begin(), target.end());

@@ -56,16 +56,7 @@ TEST(TreeExactness, DeterministicRaggedAdversarial) { expect_exact(models(5, tru
 // Sampled children with replacement repeat tokens often under a peaked q: the rule must count a
 // rejected duplicate's q again (r <- norm(max(r - q, 0)) once per sibling).
 TEST(TreeExactness, SampledDuplicatesUnderPeakedDraft) {
-  std::mt19937_64 rng(5);
-  const Markov p = Markov::random(4, rng), q = Markov::random(4, rng, 4.0);
-  std::mt19937_64 count_rng(1);
-  std::int32_t with_duplicates = 0;
-  for (std::int32_t i = 0; i < 1000; ++i) {
-    const DraftedTree t(p, q, testing::full_tree(3, 1), -1, Drafted::sampled, count_rng);
-    with_duplicates += std::set<std::int32_t>(t.tokens.begin(), t.tokens.end()).size() < 3;
-  }
-  EXPECT_GT(with_duplicates, 500);  // the case under test is the common one
-  expect_exact({p, q}, testing::full_tree(3, 2), Drafted::sampled);
+  expect_exact(testing::peaked_draft_models(), testing::full_tree(3, 2), Drafted::sampled);
 }
 
 // Negative controls: a wrong Drafted is the caller's error, and the test must see its bias.

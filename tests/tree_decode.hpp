@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "bad_trees.hpp"
@@ -83,6 +84,21 @@ inline Models models(std::int32_t V, bool adversarial, std::uint64_t seed = 7) {
   Markov p = Markov::random(V, rng);
   Markov q = adversarial ? p.reversed() : Markov::random(V, rng);
   return {p, q};
+}
+
+/// A target and a peaked draft under which sampled children repeat tokens often (more than half of
+/// 1000 three-child nodes hold a duplicate: the case a test of duplicates must see).
+inline Models peaked_draft_models() {
+  std::mt19937_64 rng(5);
+  Models m{Markov::random(4, rng), Markov::random(4, rng, 4.0)};
+  std::mt19937_64 count_rng(1);
+  std::int32_t with_duplicates = 0;
+  for (std::int32_t i = 0; i < 1000; ++i) {
+    const DraftedTree t(m.p, m.q, full_tree(3, 1), -1, Drafted::sampled, count_rng);
+    with_duplicates += std::set<std::int32_t>(t.tokens.begin(), t.tokens.end()).size() < 3;
+  }
+  EXPECT_GT(with_duplicates, 500);
+  return m;
 }
 
 /// Root with three children: the first has two (one of which has a child), the second is a
