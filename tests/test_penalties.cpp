@@ -325,19 +325,35 @@ TEST(Penalties, NegativeControlsFail) {
 
 // ------------------------------------------------------------------ the overlay against dense rows
 
+/// What a DenseCase adds to its rows beyond the lists.
+struct Extras {
+  std::int32_t V = 300;
+  bool extremes = false;  // each row's max at a history token; a bias that makes a token the max,
+                          // or an entry tied with a token outside the overlay for the max
+  bool guided = false;    // guidance (step 1) on the target rows, and a bitmask (step 4)
+  bool reduced = false;   // a reduced draft vocabulary: the even target ids
+};
+
 /// B sequences with random rows over V, histories, drafts and bias; verified once with the lists
 /// and once with rows penalised densely beforehand (and neutral penalties): the same bits.
 struct DenseCase {
   std::int32_t B = 6, K = 4, V = 300;
+  Extras extras;
   std::vector<std::int32_t> parents;  // trees: per sequence the same shape; empty: chains
-  std::vector<float> target, draft, target_dense, draft_dense;
-  std::vector<std::int32_t> offsets, tokens, h_offsets{0}, h_tokens, h_counts, b_offsets{0}, b_tokens;
+  std::vector<float> target, draft, target_dense, draft_dense, unconditional, scales;
+  std::vector<std::int32_t> offsets, tokens, h_offsets{0}, h_tokens, h_counts, b_offsets{0}, b_tokens, draft_to_target;
+  std::vector<std::int64_t> first_unconditional;
+  std::vector<std::uint32_t> allowed;
   std::vector<float> b_values;
   std::vector<SamplingParams> tp, dp, tp_neutral, dp_neutral;
 
-  DenseCase(std::uint64_t seed, bool tree, SamplingParams base) {
+  DenseCase(std::uint64_t seed, bool tree, SamplingParams base, Extras extra = {}) : V(extra.V), extras(extra) {
     std::mt19937_64 rng(seed);
     if (tree) parents = {-1, -1, 0, 0};
+    const std::int32_t words = (V + 31) / 32;
+    if (extras.reduced) {
+      for (std::int32_t i = 0; i < V / 2; ++i) draft_to_target.push_back(2 * i);
+    }
     const std::int32_t rows_per = K + 1;
     std::uniform_int_distribution<std::int32_t> token(0, V - 1);
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -364,6 +380,14 @@ struct DenseCase {
       h_offsets.push_back(static_cast<std::int32_t>(h_tokens.size()));
       std::map<std::int32_t, float> bias;
       for (std::int32_t i = 0; i < 12; ++i) bias[token(rng)] = 6.0f * unit(rng) - 3.0f;
+      // Extremes: tokens outside every list (no history, path or bias), above the drafts' range.
+      const auto outside = [&](std::int32_t from) {
+        std::int32_t v = from;
+        while (ctx.prompt.count(v) || ctx.generated.count(v) || bias.count(v)) ++v;
+        return v;
+      };
+      const std::int32_t top = outside(60 + b), tied = outside(top + 1 + b);
+      if (extras.extremes) bias[b % 2 == 0 ? top : tied] = b % 2 == 0 ? 30.0f : 0.0f;
       for (const auto& [v, x] : bias) {
         b_tokens.push_back(v);
         b_values.push_back(x);
@@ -372,8 +396,11 @@ struct DenseCase {
       for (std::size_t i = b_tokens.size() - bias.size(); i < b_tokens.size(); ++i) b_values[i] = bias[b_tokens[i]];
       b_offsets.push_back(static_cast<std::int32_t>(b_tokens.size()));
       std::vector<std::int32_t> drafts;
-      for (std::int32_t i = 0; i < K; ++i) drafts.push_back(token(rng) % 50);
+      for (std::int32_t i = 0; i < K; ++i) drafts.push_back(extras.reduced ? 2 * (token(rng) % 25) : token(rng) % 50);
       tokens.insert(tokens.end(), drafts.begin(), drafts.end());
+      const std::int32_t held = *ctx.prompt.begin();  // in the history
+      first_unconditional.push_back(static_cast<std::int64_t>(target.size() / std::size_t(V)));
+      scales.push_back(1.5f);
       for (std::int32_t r = 0; r < rows_per; ++r) {
         std::vector<std::int32_t> path;  // the drafts before row r
         if (tree) {
@@ -382,14 +409,42 @@ struct DenseCase {
           path.assign(drafts.begin(), drafts.begin() + r);
         }
         const auto l = testing::random_logits(V, rng, 3.0);
-        const std::vector<float> lf(l.begin(), l.end());
-        const auto dense = penalised_row(lf, t, bias, ctx, path);
+        std::vector<float> lf(l.begin(), l.end());
+        if (extras.extremes) {
+          const float max = *std::max_element(lf.begin(), lf.end());
+          lf[std::size_t(held)] = max + 5.0f;
+          if (b % 2 == 1) {  // the tied pair above it: the lower index is the argmax
+            const std::int32_t other = r % 2 == 0 ? outside(tied + 1) : outside(50);
+            lf[std::size_t(tied)] = lf[std::size_t(other)] = max + 8.0f;
+          }
+        }
+        std::vector<float> g = lf;  // after step 1
+        if (extras.guided) {
+          const auto u = testing::random_logits(V, rng, 3.0);
+          for (std::int32_t v = 0; v < V; ++v) {
+            unconditional.push_back(static_cast<float>(u[std::size_t(v)]));
+            g[std::size_t(v)] = core::fused(scales.back(), lf[std::size_t(v)] - unconditional.back(), unconditional.back());
+          }
+          for (std::int32_t w = 0; w < words; ++w) {
+            allowed.push_back(static_cast<std::uint32_t>(rng() | rng()) | (w == held / 32 ? 1u << (held % 32) : 0u));
+          }
+        }
+        const auto dense = penalised_row(g, t, bias, ctx, path);
         target.insert(target.end(), lf.begin(), lf.end());
         target_dense.insert(target_dense.end(), dense.begin(), dense.end());
         if (tree || r < K) {
           const auto ql = testing::random_logits(V, rng, 3.0);
-          const std::vector<float> qf(ql.begin(), ql.end());
-          const auto qd = penalised_row(qf, d, {}, ctx, path);
+          std::vector<float> qf(ql.begin(), ql.end());
+          if (extras.extremes) qf[std::size_t(held)] = *std::max_element(qf.begin(), qf.end()) + 5.0f;
+          auto qd = penalised_row(qf, d, {}, ctx, path);
+          if (extras.reduced) {  // the draft row over the even target ids
+            for (std::int32_t i = 0; i < V / 2; ++i) {
+              qf[std::size_t(i)] = qf[std::size_t(2 * i)];
+              qd[std::size_t(i)] = qd[std::size_t(2 * i)];
+            }
+            qf.resize(std::size_t(V / 2));
+            qd.resize(std::size_t(V / 2));
+          }
           draft.insert(draft.end(), qf.begin(), qf.end());
           draft_dense.insert(draft_dense.end(), qd.begin(), qd.end());
         }
@@ -407,6 +462,18 @@ struct DenseCase {
     batch.draft_logits = lists ? draft.data() : draft_dense.data();
     batch.target_params = lists ? tp.data() : tp_neutral.data();
     batch.draft_params = lists ? dp.data() : dp_neutral.data();
+    if (extras.guided) {
+      batch.allowed_tokens = allowed.data();
+      if (lists) {  // the dense rows hold the guided values already
+        batch.unconditional_logits = unconditional.data();
+        batch.unconditional_first_row = first_unconditional.data();
+        batch.guidance_scale = scales.data();
+      }
+    }
+    if (extras.reduced) {
+      batch.draft_vocab_size = V / 2;
+      batch.draft_to_target = draft_to_target.data();
+    }
     if (lists) {
       batch.history_offsets = h_offsets.data();
       batch.history_tokens = h_tokens.data();
@@ -434,11 +501,14 @@ Emitted run_dense_case(const DenseCase& c, const Rule& rule, bool lists, std::ui
   e.tokens.assign(std::size_t(c.B * width), -7);
   e.accepted.assign(std::size_t(c.B), -7);
   e.logprobs.assign(std::size_t(c.B * width), 7.0f);
+  const std::vector<std::int64_t> positions(std::size_t(c.B), 40);
+  Randomness randomness{seed, 5};
+  randomness.positions = positions.data();  // Coupled keys its samples by position
   if (c.parents.empty()) {
     LogitsChainBatch<float> batch;
     c.fill(batch, lists);
     batch.draft_offsets = c.offsets.data();
-    verify(rule, batch, Randomness{seed, 5}, ChainOutput{e.tokens.data(), width, e.accepted.data(), e.logprobs.data()});
+    verify(rule, batch, randomness, ChainOutput{e.tokens.data(), width, e.accepted.data(), e.logprobs.data()});
   } else if constexpr (!std::is_same_v<Rule, Block>) {
     std::vector<std::int32_t> parents;
     for (std::int32_t b = 0; b < c.B; ++b) parents.insert(parents.end(), c.parents.begin(), c.parents.end());
@@ -446,8 +516,7 @@ Emitted run_dense_case(const DenseCase& c, const Rule& rule, bool lists, std::ui
     c.fill(batch, lists);
     batch.node_offsets = c.offsets.data();
     batch.parents = parents.data();
-    verify(rule, batch, Randomness{seed, 5},
-           TreeOutput{e.tokens.data(), width, e.accepted.data(), nullptr, e.logprobs.data()});
+    verify(rule, batch, randomness, TreeOutput{e.tokens.data(), width, e.accepted.data(), nullptr, e.logprobs.data()});
   }
   return e;
 }
@@ -471,6 +540,44 @@ TEST(Penalties, OverlayGivesTheBitsOfDenselyPenalisedRows) {
           EXPECT_TRUE(run_dense_case(c, Block{}, true, seed) == run_dense_case(c, Block{}, false, seed))
               << "Block params " << i << " seed " << seed;
         }
+      }
+    }
+  }
+}
+
+TEST(Penalties, OverlayAtTheRowsExtremesGivesTheBitsOfDenseRows) {
+  // The pre-pass reads the overlay's tokens apart from the rest of the row (cpu/logit_kernels.hpp):
+  // the row's max at a penalised token, a biased token made the max, an entry tied with another
+  // token for it (either first), entries in the vector body and in the tail (V = 1007), with
+  // guidance and a bitmask or a reduced draft vocabulary, for every pass a rule may run.
+  std::vector<SamplingParams> params(4);
+  params[0].temperature = 0.8f;
+  params[1].temperature = 0.0f;
+  params[2].temperature = 1.0f;
+  params[2].top_k = 20;
+  params[3].temperature = 0.7f;
+  params[3].top_p = 0.8f;
+  params[3].min_p = 0.01f;
+  std::vector<Extras> extras(3);
+  for (Extras& e : extras) {
+    e.V = 1007;
+    e.extremes = true;
+  }
+  extras[1].guided = true;
+  extras[2].reduced = true;
+  for (std::size_t x = 0; x < extras.size(); ++x) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      for (const bool tree : {false, true}) {
+        const std::uint64_t seed = 100 + 10 * x + i;
+        const DenseCase c(seed, tree, params[i], extras[x]);
+        const auto same = [&](const auto& rule, const char* name) {
+          EXPECT_TRUE(run_dense_case(c, rule, true, seed) == run_dense_case(c, rule, false, seed))
+              << name << " extras " << x << " params " << i << " tree " << tree;
+        };
+        same(Standard{}, "Standard");
+        same(Traversal{}, "Traversal");
+        if (!extras[x].reduced) same(Coupled{}, "Coupled");
+        if (!tree) same(Block{}, "Block");
       }
     }
   }

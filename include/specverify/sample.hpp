@@ -74,8 +74,8 @@ inline std::int32_t sample(const float* logits, std::int32_t vocab_size, const S
     std::int32_t v = 0;
     while (v + 1 < vocab_size && core::processed_logit(row, v).valid) ++v;
     const core::Processed before = core::guided_logit(row, v);
-    if (const core::OverlayEntry* e = core::overlay_entry(row.overlay, row.overlay_size, v)) {
-      const float after = core::penalised(before.g, *e, row.params);
+    if (const std::int32_t k = row.overlay.find(v); k >= 0) {
+      const float after = core::penalised(before.g, row.overlay, k, row.params);
       if (before.valid && core::finite(before.g) && !core::finite(after)) {
         throw invalid_input("sample: position " + std::to_string(position) + ": bias and penalties give " +
                             std::to_string(after) + " at token " + std::to_string(v) + " (logit " +

@@ -87,6 +87,50 @@ struct Shape {
   std::int32_t B, V, K;
 };
 
+/// Penalty and bias lists (API.md, per draft position): per sequence a history of about V / 8
+/// tokens (counts 0 .. 3, the drafts' region included) and up to 5 biased tokens in no order.
+struct Lists {
+  std::vector<std::int32_t> h_offsets{0}, h_tokens, h_counts, b_offsets{0}, b_tokens;
+  std::vector<float> b_values;
+
+  Lists(std::int32_t B, std::int32_t V, std::uint64_t key) {
+    for (std::int32_t b = 0; b < B; ++b) {
+      for (std::int32_t v = 0; v < V; ++v) {
+        const std::uint64_t r = mix(key * 131u + std::uint64_t(b) * 1000003u + std::uint64_t(v));
+        if (r % 8u != 0) continue;
+        h_tokens.push_back(v);
+        h_counts.push_back(static_cast<std::int32_t>((r >> 8) % 4u));
+      }
+      h_offsets.push_back(static_cast<std::int32_t>(h_tokens.size()));
+      for (std::int32_t k = 0; k < 5 && k < V; ++k) {
+        const auto v = static_cast<std::int32_t>((std::uint64_t(V) - 1u - std::uint64_t(k) * 7u % std::uint64_t(V)) % std::uint64_t(V));
+        if (std::find(b_tokens.begin() + b_offsets.back(), b_tokens.end(), v) != b_tokens.end()) continue;
+        b_tokens.push_back(v);
+        b_values.push_back(static_cast<float>(static_cast<std::int32_t>(mix(key + std::uint64_t(k)) % 64u) - 32) / 8.0f);
+      }
+      b_offsets.push_back(static_cast<std::int32_t>(b_tokens.size()));
+    }
+  }
+
+  template <class Batch>
+  void attach(Batch& batch) const {
+    batch.history_offsets = h_offsets.data();
+    batch.history_tokens = h_tokens.data();
+    batch.history_counts = h_counts.data();
+    batch.bias_offsets = b_offsets.data();
+    batch.bias_tokens = b_tokens.data();
+    batch.bias_values = b_values.data();
+  }
+};
+
+/// params with penalties: the target's strong, the drafter's its own.
+sv::SamplingParams penalised(sv::SamplingParams params, bool draft) {
+  params.repetition_penalty = draft ? 1.1f : 1.3f;
+  params.presence_penalty = draft ? 0.0f : 0.4f;
+  params.frequency_penalty = draft ? 0.1f : 0.25f;
+  return params;
+}
+
 /// Drafts: mostly the target's argmax region (accepted often), some anywhere.
 std::int32_t draft_token(std::uint64_t key, std::int32_t V, const float* p) {
   const std::uint64_t r = mix(key);
@@ -200,6 +244,7 @@ void logits_chains(Shape s) {
   std::vector<std::uint32_t> mask(std::size_t(rows) * std::size_t(words));
   for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<std::uint32_t>(mix(i) | mix(i + 1));  // ~3/4 allowed
   for (std::int32_t r = 0; r < rows; ++r) mask[std::size_t(r) * std::size_t(words)] |= 1u;  // token 0 always allowed
+  const Lists lists(s.B, s.V, std::uint64_t(s.V) + 3u);
   for (const Setting& st : settings) {
     std::vector<sv::SamplingParams> tp(std::size_t(s.B), st.target), dp(std::size_t(s.B), st.draft);
     sv::LogitsChainBatch<float> batch;
@@ -236,7 +281,25 @@ void logits_chains(Shape s) {
       reduced.draft_to_target = d2t.data();
       run_chain(name + " reduced standard", sv::Standard{}, reduced, c);
       run_chain(name + " reduced fsd kl", sv::Fsd{sv::Divergence::kl_target_draft, 0.4f}, reduced, c);
+      lists.attach(reduced);
+      std::vector<sv::SamplingParams> tpp(std::size_t(s.B), penalised(st.target, false)), dpp(std::size_t(s.B), penalised(st.draft, true));
+      reduced.target_params = tpp.data();
+      reduced.draft_params = dpp.data();
+      run_chain(name + " reduced penalised standard", sv::Standard{}, reduced, c);
     }
+    // Penalties and bias: the overlay's tokens read in every pass (every rule), with guidance and
+    // the bitmask too.
+    std::vector<sv::SamplingParams> tpp(std::size_t(s.B), penalised(st.target, false)), dpp(std::size_t(s.B), penalised(st.draft, true));
+    sv::LogitsChainBatch<float> listed = batch;
+    lists.attach(listed);
+    listed.target_params = tpp.data();
+    listed.draft_params = dpp.data();
+    every_chain_rule(name + " penalised", listed, c);
+    lists.attach(guided);
+    guided.draft_logits = batch.draft_logits;
+    guided.target_params = tpp.data();
+    guided.draft_params = dpp.data();
+    run_chain(name + " guided+mask penalised standard", sv::Standard{}, guided, c);
   }
 }
 
@@ -336,6 +399,7 @@ void probability_trees(Shape s) {
 
 void logits_trees(Shape s) {
   const Trees t(s, std::uint64_t(s.V) * 29u + std::uint64_t(s.B), true);
+  const Lists lists(s.B, s.V, std::uint64_t(s.V) + 5u);
   for (const sv::SamplingParams params : {sv::SamplingParams{0.8f, 0, 1.0f, 0.0f}, sv::SamplingParams{1.0f, 50, 0.9f, 0.0f}}) {
     std::vector<sv::SamplingParams> tp(std::size_t(s.B), params);
     sv::LogitsTreeBatch<float> batch;
@@ -347,8 +411,13 @@ void logits_trees(Shape s) {
     batch.target_logits = t.p.data();
     batch.draft_logits = t.q.data();
     batch.target_params = tp.data();
-    every_tree_rule("logits tree top_k " + std::to_string(params.top_k) + " B" + std::to_string(s.B) + " V" +
-                        std::to_string(s.V), batch, t);
+    const std::string name = "logits tree top_k " + std::to_string(params.top_k) + " B" + std::to_string(s.B) + " V" + std::to_string(s.V);
+    every_tree_rule(name, batch, t);
+    std::vector<sv::SamplingParams> tpp(std::size_t(s.B), penalised(params, false)), dpp(std::size_t(s.B), penalised(params, true));
+    lists.attach(batch);
+    batch.target_params = tpp.data();
+    batch.draft_params = dpp.data();
+    every_tree_rule(name + " penalised", batch, t);
   }
 }
 
@@ -431,6 +500,37 @@ void statistics(std::int32_t V) {
     hash_residuals(h, rows, pv, qv, V);
     print("logits statistics V" + std::to_string(V) + " top_p " + std::to_string(params.top_p), h);
   }
+  {  // a row with penalties and bias: the overlay's tokens in every statistic and draw
+    const Lists lists(1, V, 77u);
+    std::vector<std::int32_t> order(lists.b_tokens.size());
+    for (std::size_t k = 0; k < order.size(); ++k) order[k] = static_cast<std::int32_t>(k);
+    std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return lists.b_tokens[std::size_t(a)] < lists.b_tokens[std::size_t(b)]; });
+    Hash h;
+    sv::cpu::OpenedLogitRows<> rows(V, V);
+    sv::core::LogitRow<float> target_row, draft_row;
+    target_row.logits = p.data();
+    draft_row.logits = q.data();
+    target_row.n = draft_row.n = V;
+    target_row.params = penalised(sv::SamplingParams{0.9f, 0, 1.0f, 0.0f}, false);
+    draft_row.params = penalised(sv::SamplingParams{0.9f, 0, 1.0f, 0.0f}, true);
+    for (sv::core::LogitRow<float>* row : {&target_row, &draft_row}) {
+      row->lists.history_tokens = lists.h_tokens.data();
+      row->lists.history_counts = lists.h_counts.data();
+      row->lists.history_size = lists.h_offsets[1];
+    }
+    target_row.lists.bias_tokens = lists.b_tokens.data();
+    target_row.lists.bias_values = lists.b_values.data();
+    target_row.lists.bias_order = order.data();
+    target_row.lists.bias_size = lists.b_offsets[1];
+    const auto pv = rows.open(target_row);
+    const auto qv = rows.open(draft_row);
+    h.bytes(&pv.norm, sizeof pv.norm);
+    h.bytes(&qv.norm, sizeof qv.norm);
+    h.bytes(&pv.argmax, sizeof pv.argmax);
+    hash_statistics(h, rows, pv, qv, V);
+    hash_residuals(h, rows, pv, qv, V);
+    print("logits statistics penalised V" + std::to_string(V), h);
+  }
 }
 
 void samples(std::int32_t V) {
@@ -442,6 +542,11 @@ void samples(std::int32_t V) {
     for (std::int64_t pos = 0; pos < 8; ++pos) {
       const std::int32_t t = sv::sample(&logits[std::size_t(pos) * std::size_t(V)], V, params, 99u, pos);
       h.bytes(&t, sizeof t);
+      const Lists lists(1, V, std::uint64_t(pos) + 9u);
+      const std::int32_t with = sv::sample(&logits[std::size_t(pos) * std::size_t(V)], V, penalised(params, false), 99u, pos,
+                                           lists.h_tokens.data(), lists.h_counts.data(), lists.h_offsets[1],
+                                           lists.b_tokens.data(), lists.b_values.data(), lists.b_offsets[1]);
+      h.bytes(&with, sizeof with);
     }
   }
   print("sample V" + std::to_string(V), h);

@@ -115,8 +115,7 @@ struct LogitRow {
   const std::int32_t* target_to_draft{};  // [target V], or nullptr: the row is indexed by target ids
   SamplingParams params;
   PenaltyLists lists;                     // what the overlay is built from (core/overlay.hpp)
-  const OverlayEntry* overlay{};          // built by the backend when the row opens; ascending index
-  std::int32_t overlay_size = 0;
+  Overlay overlay;                        // built by the backend when the row opens (size 0: none)
   mutable std::int32_t overlay_cursor = 0;  // where the last vector read left off (a hint only)
 };
 
@@ -192,9 +191,9 @@ SPECVERIFY_HD inline bool finite(float x) { return x >= -kFloatMax && x <= kFloa
 template <class Logit>
 SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t i) {
   Processed r = guided_logit(row, i);
-  if (row.overlay_size) {
-    if (const OverlayEntry* e = overlay_entry(row.overlay, row.overlay_size, i)) {
-      const float x = penalised(r.g, *e, row.params);
+  if (row.overlay.size) {
+    if (const std::int32_t k = row.overlay.find(i); k >= 0) {
+      const float x = penalised(r.g, row.overlay, k, row.params);
       r.valid = r.valid && (finite(x) || !finite(r.g));
       r.g = x;
     }

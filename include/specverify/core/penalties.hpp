@@ -12,14 +12,32 @@
 
 namespace specverify::core {
 
-/// One token of a row's overlay: its row index and what steps 2-3 do to it. The adjusted logit is
-/// computed where a pass reads the token (from the value it already holds): building the overlay
-/// reads no element of the row, whose scattered reads would each miss the cache.
-struct OverlayEntry {
-  std::int32_t index;
-  float bias;   // 0 for draft rows
-  float count;  // c(v): history count plus the drafts on the path
-  std::int32_t in;  // in the history or on the path: the penalties apply
+/// A row's overlay: its entries in increasing row index, one array per field so that a vector
+/// pass reads W entries at once. An entry's adjusted logit is computed where a pass reads the
+/// token (from the value step 1 gives it): building the overlay reads no element of the row, whose
+/// scattered reads would each miss the cache.
+struct Overlay {
+  const std::int32_t* index{};  // the row indices, ascending
+  const float* bias{};          // 0 for draft rows
+  const float* count{};         // c(v): history count plus the drafts on the path
+  const float* in{};            // 1 where v is in the history or on the path (the penalties apply), else 0
+  const std::uint32_t* bits{};  // bit i % 32 of word i / 32: row index i has an entry ([ceil(n / 32)])
+  float* value{};               // g after steps 1-4 at each entry, where a backend's pre-pass keeps them
+  std::int32_t size = 0;
+
+  /// The position of row index i's entry, or -1 (a binary search).
+  SPECVERIFY_HD std::int32_t find(std::int32_t i) const {
+    std::int32_t lo = 0, hi = size;
+    while (lo < hi) {
+      const std::int32_t mid = lo + (hi - lo) / 2;
+      if (index[mid] < i) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo < size && index[lo] == i ? lo : -1;
+  }
 };
 
 /// Where a row's counts and bias come from: the sequence's lists and the drafts on the path to the
@@ -50,23 +68,9 @@ SPECVERIFY_HD inline float penalised(float g, float bias, bool in, float count, 
   return x - fused(params.frequency_penalty, count, presence);
 }
 
-/// Steps 2-3 of an overlay entry on the value g that step 1 gave.
-SPECVERIFY_HD inline float penalised(float g, const OverlayEntry& e, const SamplingParams& params) {
-  return penalised(g, e.bias, e.in != 0, e.count, params);
-}
-
-/// The overlay entry at row index i, or nullptr (a binary search: entries ascend by index).
-SPECVERIFY_HD inline const OverlayEntry* overlay_entry(const OverlayEntry* entries, std::int32_t size, std::int32_t i) {
-  std::int32_t lo = 0, hi = size;
-  while (lo < hi) {
-    const std::int32_t mid = lo + (hi - lo) / 2;
-    if (entries[mid].index < i) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo < size && entries[lo].index == i ? entries + lo : nullptr;
+/// Steps 2-3 of the overlay's entry k on the value g that step 1 gave.
+SPECVERIFY_HD inline float penalised(float g, const Overlay& overlay, std::int32_t k, const SamplingParams& params) {
+  return penalised(g, overlay.bias[k], overlay.in[k] != 0.0f, overlay.count[k], params);
 }
 
 }  // namespace specverify::core

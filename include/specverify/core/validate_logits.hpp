@@ -230,9 +230,9 @@ void name_penalty_fault(Finding& finding, const Fault& f, std::int32_t b, const 
   OverlayRoom room;
   room.build(row);
   const Processed before = guided_logit(row, f.column);
-  const OverlayEntry* e = overlay_entry(row.overlay, row.overlay_size, f.column);
-  if (!e || !before.valid || !finite(before.g)) return;
-  const float after = penalised(before.g, *e, row.params);
+  const std::int32_t k = row.overlay.find(f.column);
+  if (k < 0 || !before.valid || !finite(before.g)) return;
+  const float after = penalised(before.g, row.overlay, k, row.params);
   if (finite(after)) return;
   finding.check = Check::penalised_logit;
   finding.value = after;

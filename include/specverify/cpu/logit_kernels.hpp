@@ -24,6 +24,9 @@
 //       threshold in expected linear work.
 //   Kept sets of up to LogitView::kMaxListed tokens are listed (their indices); larger ones get
 //   the weights pass.
+//   Penalties and bias (the row's overlay, core/penalties.hpp): the read and the weights pass take
+//   the overlay's tokens as -inf (one mask a block) and then visit those tokens W at a time, their
+//   values kept for the later passes (Entries).
 #pragma once
 
 #include <xsimd/xsimd.hpp>
@@ -32,6 +35,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -120,13 +124,15 @@ SPECVERIFY_ALWAYS_INLINE void add_weights(FixedLanes<Arch>& sum, const F<Arch>& 
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE FB<Arch> allowed_lanes(const std::uint32_t* allowed, std::int32_t i) {
   constexpr std::int32_t W = F<Arch>::size;
-  const std::uint32_t word = allowed[i >> 5] >> (i & 31);
 #if XSIMD_WITH_AVX512F
   if constexpr (kAvx512<Arch>) {
-    return FB<Arch>(static_cast<__mmask16>(word & 0xffffu));
+    std::uint16_t half;  // the word's half holding bits i .. i + 15 (little-endian): one mask load
+    std::memcpy(&half, reinterpret_cast<const unsigned char*>(allowed) + (i >> 3), sizeof half);
+    return FB<Arch>(static_cast<__mmask16>(half));
   } else
 #endif
   {
+    const std::uint32_t word = allowed[i >> 5] >> (i & 31);
     alignas(64) std::int32_t lane_bits[W];
     for (std::int32_t l = 0; l < W; ++l) lane_bits[l] = static_cast<std::int32_t>(1u << l);
     const I<Arch> hit = I<Arch>(static_cast<std::int32_t>(word)) & I<Arch>::load_aligned(lane_bits);
@@ -147,71 +153,149 @@ SPECVERIFY_ALWAYS_INLINE FB<Arch> invalid_logit(const F<Arch>& l) {
   }
 }
 
-/// Steps 2-3 of the overlay's entries in the W lanes at row index i, on the lanes' values g from
-/// step 1 (core::penalised, lane by lane: the scalar path's bits). With kValidate, `ok` is cleared
-/// where they overflow a finite value. Passes read the row in increasing order, so the row's
-/// cursor usually points at the next entry already: a pass costs one comparison per W tokens plus
-/// the entries; other reads find their place by binary search.
+/// Step 1 in lanes (guidance where the row has it); with kValidate, `ok` is cleared in lanes whose
+/// inputs are invalid. The same operations as core::guided_logit.
 template <class Arch, bool kValidate>
-SPECVERIFY_ALWAYS_INLINE F<Arch> overlaid(const LogitRow<float>& row, std::int32_t i, F<Arch> g, FB<Arch>& ok) {
+SPECVERIFY_ALWAYS_INLINE F<Arch> guided(const LogitRow<float>& row, const F<Arch>& l, const F<Arch>& u, FB<Arch>& ok) {
+  using B = F<Arch>;
+  const B inf(core::kInf);
+  if constexpr (kValidate) ok = ok & !invalid_logit<Arch>(l);
+  if (!row.unconditional) return l;
+  const auto masked = (l == -inf) | (u == -inf);
+  const B g = fused(B(row.guidance_scale), l - u, u);
+  if constexpr (kValidate) {
+    ok = ok & !invalid_logit<Arch>(u) & (masked | (xsimd::abs(g) <= B(core::kFloatMax)));
+  }
+  return xsimd::select(masked, -inf, g);
+}
+
+/// Steps 2-3 in lanes: core::penalised lane by lane (the scalar path's bits).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> penalised(const F<Arch>& g, const F<Arch>& bias, const F<Arch>& in,
+                                           const F<Arch>& count, const SamplingParams& params) {
+  using B = F<Arch>;
+  const B x = g + bias;
+  const B r(params.repetition_penalty);
+  const B scaled = xsimd::select(x > B(0.0f), x / r, x * r);
+  const B presence = xsimd::select(count > B(0.0f), B(params.presence_penalty), B(0.0f));
+  return xsimd::select(in != B(0.0f), scaled - fused(B(params.frequency_penalty), count, presence), x);
+}
+
+/// How a pass reads the tokens of the row's overlay (penalties, bias): `excluded` reads them as
+/// -inf, and the pass then visits the entries themselves, W at a time (for_entries): a sum over the
+/// row is the same in any order, so the entries may come last, and the row's blocks cost one mask
+/// each instead of a branch on every block an entry falls in. `patched` substitutes the values the
+/// pre-pass kept (overlay.value), for the passes that need the row in order. `none`: the row has
+/// no overlay (the hot passes are compiled for each case, so neither pays for the other's test).
+enum class Entries { none, excluded, patched };
+
+/// The overlay's kept values in the W lanes at row index i (i a multiple of W). Passes read the
+/// row in increasing order, so the row's cursor usually points at the next entry already; other
+/// reads find their place by binary search.
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> patched(const LogitRow<float>& row, std::int32_t i, F<Arch> g) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
-  const core::OverlayEntry* e = row.overlay;
-  const std::int32_t n = row.overlay_size;
+  const core::Overlay& o = row.overlay;
+  if (!xsimd::any(allowed_lanes<Arch>(o.bits, i))) return g;
   std::int32_t k = row.overlay_cursor;
-  const auto below = [](const core::OverlayEntry& x, std::int32_t t) { return x.index < t; };
-  if (k > 0 && e[k - 1].index >= i) {
-    k = static_cast<std::int32_t>(std::lower_bound(e, e + k, i, below) - e);
-  } else if (k < n && e[k].index < i) {
-    k = static_cast<std::int32_t>(std::lower_bound(e + k, e + n, i, below) - e);
+  if ((k > 0 && o.index[k - 1] >= i) || (k < o.size && o.index[k] < i)) {
+    k = static_cast<std::int32_t>(std::lower_bound(o.index, o.index + o.size, i) - o.index);
   }
-  if (k < n && e[k].index < i + W) {
-    // Step 1 again for the entry's element, from the L1-hot row (a vector store and scalar
-    // reloads of g would stall on store forwarding), then a select into its lane.
-    alignas(64) static constexpr float kIota[64] = {
-        0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-        22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
-        44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
-    static_assert(W <= 64, "one lane index per float lane");
-    const B lane = B::load_aligned(kIota);
-    bool overflow = false;
-    do {
-      const float before = core::guided_logit(row, e[k].index).g;
-      const float x = core::penalised(before, e[k], row.params);
-      overflow = overflow || (core::finite(before) && !core::finite(x));
-      g = xsimd::select(lane == B(static_cast<float>(e[k].index - i)), B(x), g);
-      ++k;
-    } while (k < n && e[k].index < i + W);
-    if constexpr (kValidate) {
-      if (overflow) ok = FB<Arch>(false);
-    }
+  alignas(64) static constexpr float kIota[64] = {
+      0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+      22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+      44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+  static_assert(W <= 64, "one lane index per float lane");
+  const B lane = B::load_aligned(kIota);
+  for (; k < o.size && o.index[k] < i + W; ++k) {
+    g = xsimd::select(lane == B(static_cast<float>(o.index[k] - i)), B(o.value[k]), g);
   }
   row.overlay_cursor = k;
   return g;
 }
 
-/// Steps 1-4 for the W tokens at row index i (i + W <= n): g; with kValidate, `ok` is
-/// cleared in lanes whose inputs are invalid. The same operations as core::processed_logit.
-/// Passes after the pre-pass's first read skip the validation (it has been done).
-template <class Arch, bool kValidate = true>
+/// Steps 1-4 for the W tokens at row index i (i a multiple of W, i + W <= n): g, the overlay's
+/// tokens as kEntries says; with kValidate, `ok` is cleared in lanes whose inputs are invalid.
+/// The same operations as core::processed_logit. Passes after the pre-pass's first read skip the
+/// validation (it has been done).
+template <class Arch, Entries kEntries, bool kValidate = false>
 SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<float>& row, std::int32_t i, FB<Arch>& ok) {
   using B = F<Arch>;
-  const B inf(core::kInf);
   const B l = B::load_unaligned(row.logits + i);
-  if constexpr (kValidate) ok = ok & !invalid_logit<Arch>(l);
-  B g = l;
-  if (row.unconditional) {
-    const B u = B::load_unaligned(row.unconditional + i);
-    const auto masked = (l == -inf) | (u == -inf);
-    const B guided = fused(B(row.guidance_scale), l - u, u);
-    if constexpr (kValidate) {
-      ok = ok & !invalid_logit<Arch>(u) & (masked | (xsimd::abs(guided) <= B(core::kFloatMax)));
-    }
-    g = xsimd::select(masked, -inf, guided);
+  B g = guided<Arch, kValidate>(row, l, row.unconditional ? B::load_unaligned(row.unconditional + i) : l, ok);
+  if constexpr (kEntries == Entries::excluded) {
+    g = xsimd::select(allowed_lanes<Arch>(row.overlay.bits, i), B(-core::kInf), g);
+  } else if constexpr (kEntries == Entries::patched) {
+    if (row.overlay.size) g = patched<Arch>(row, i, g);
   }
-  if (row.overlay_size) g = overlaid<Arch, kValidate>(row, i, g, ok);
-  if (row.allowed) g = xsimd::select(allowed_lanes<Arch>(row.allowed, i), g, -inf);
+  if (row.allowed) g = xsimd::select(allowed_lanes<Arch>(row.allowed, i), g, B(-core::kInf));
   return g;
+}
+
+/// Calls fn(k, len, index) for the overlay's entries k .. k + len - 1 below `end` (len <= W), their
+/// row indices in `index`'s first len lanes (the rest repeat a valid index); returns how many
+/// entries lie below end.
+template <class Arch, class Fn>
+std::int32_t for_entries(const core::Overlay& o, std::int32_t end, Fn fn) {
+  using Iv = I<Arch>;
+  constexpr std::int32_t W = Iv::size;
+  const auto m = static_cast<std::int32_t>(std::lower_bound(o.index, o.index + o.size, end) - o.index);
+  std::int32_t k = 0;
+  for (; k + W <= m; k += W) fn(k, W, Iv::load_unaligned(o.index + k));
+  if (k < m) {
+    alignas(64) std::int32_t lanes[W];
+    for (std::int32_t l = 0; l < W; ++l) lanes[l] = o.index[std::min(k + l, m - 1)];
+    fn(k, m - k, Iv::load_aligned(lanes));
+  }
+  return m;
+}
+
+/// p[index] lane by lane (xsimd 8.1's batch::gather takes its generic element-wise path on AVX-512).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> gather_at(const float* p, const I<Arch>& index) {
+#if XSIMD_WITH_AVX512F
+  if constexpr (kAvx512<Arch>) {  // the masked form: g++ 12 calls the plain one's operand uninitialised
+    return F<Arch>(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, index, p, sizeof(float)));
+  }
+#endif
+  return F<Arch>::gather(p, index);
+}
+
+/// The first len lanes from p, the rest `fill`.
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> load_lanes(const float* p, std::int32_t len, float fill) {
+  using B = F<Arch>;
+  if (len == static_cast<std::int32_t>(B::size)) return B::load_unaligned(p);
+  alignas(64) float lanes[B::size];
+  for (std::int32_t l = 0; l < static_cast<std::int32_t>(B::size); ++l) lanes[l] = l < len ? p[l] : fill;
+  return B::load_aligned(lanes);
+}
+
+/// Steps 1-4 at the overlay's entries below row index `end`, W at a time, kept in overlay.value
+/// for the later passes; `ok` is cleared where steps 2-3 made a finite value infinite. Calls
+/// each(g) with the entries' values (-inf in unused lanes); returns how many entries lie below end.
+template <class Arch, class Each>
+std::int32_t entry_values(const LogitRow<float>& row, std::int32_t end, FB<Arch>& ok, Each each) {
+  using B = F<Arch>;
+  const core::Overlay& o = row.overlay;
+  FB<Arch> unused(true);  // the pass validated every input
+  return for_entries<Arch>(o, end, [&](std::int32_t k, std::int32_t len, const I<Arch>& index) {
+    const B l = gather_at<Arch>(row.logits, index);
+    const B g = guided<Arch, false>(row, l, row.unconditional ? gather_at<Arch>(row.unconditional, index) : l, unused);
+    const B bias = load_lanes<Arch>(o.bias + k, len, 0.0f), in = load_lanes<Arch>(o.in + k, len, 0.0f);
+    const B x = penalised<Arch>(g, bias, in, load_lanes<Arch>(o.count + k, len, 0.0f), row.params);
+    const B max(core::kFloatMax);
+    ok = ok & !((xsimd::abs(g) <= max) & !(xsimd::abs(x) <= max));
+    alignas(64) float lanes[B::size];
+    x.store_aligned(lanes);
+    for (std::int32_t j = 0; j < len; ++j) {
+      const std::int32_t i = o.index[k + j];
+      const bool allowed = !row.allowed || ((row.allowed[i >> 5] >> (i & 31)) & 1u);
+      o.value[k + j] = allowed ? lanes[j] : -core::kInf;
+    }
+    each(load_lanes<Arch>(o.value + k, len, -core::kInf));
+  });
 }
 
 /// p of the W row indices at i (a prepared, non-greedy view); the same bits as
@@ -247,7 +331,7 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<float>& view, std::int32_
     return B::load_aligned(lanes);
   }
   FB<Arch> ok(true);  // the pre-pass validated every value
-  return probs_from_g<Arch>(view, load_g<Arch, false>(view.row, v, ok));
+  return probs_from_g<Arch>(view, load_g<Arch, Entries::patched>(view.row, v, ok));
 }
 
 /// Sum of w over the candidates c[0..m) that are >= threshold, with the view's max and 1/T: a
@@ -288,7 +372,7 @@ struct Scan {
 
 inline constexpr std::int32_t kCompactAt = 256;
 
-template <class Arch>
+template <class Arch, Entries kEntries>
 Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scratch) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
@@ -322,7 +406,8 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
   };
   std::int32_t i = 0;
   for (; i + 2 * W <= n; i += 2 * W) {
-    const B g0 = load_g<Arch>(row, i, ok), g1 = load_g<Arch>(row, i + W, ok);
+    const B g0 = load_g<Arch, kEntries, true>(row, i, ok);
+    const B g1 = load_g<Arch, kEntries, true>(row, i + W, ok);
     m0 = lane_max(m0, g0);
     m1 = lane_max(m1, g1);
     if (collect && xsimd::any(lane_max(g0, g1) >= B(pivot))) {
@@ -332,16 +417,27 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
     }
   }
   for (; i + W <= n; i += W) {
-    const B g = load_g<Arch>(row, i, ok);
+    const B g = load_g<Arch, kEntries, true>(row, i, ok);
     m0 = lane_max(m0, g);
     if (collect && xsimd::any(g >= B(pivot))) gather(g);
   }
-  Scan r;
+  const std::int32_t body = i;
   alignas(64) float lanes[W];
+  std::int32_t entries = 0;  // the overlay's entries in the body, read as -inf above
+  if constexpr (kEntries == Entries::excluded) {
+    entries = entry_values<Arch>(row, body, ok, [&](const B& g) {
+      m0 = lane_max(m0, g);
+      if (!collect) return;
+      g.store_aligned(lanes);  // few: appended one by one (a partial group has no room for a W-wide store)
+      for (std::int32_t l = 0; l < W; ++l) {
+        if (lanes[l] >= pivot) scratch[count++] = lanes[l];
+      }
+    });
+  }
+  Scan r;
   lane_max(m0, m1).store_aligned(lanes);
   r.max = *std::max_element(lanes, lanes + W);
   r.ok = xsimd::all(ok);
-  const std::int32_t body = i;
   for (; i < n; ++i) {
     const core::Processed e = core::processed_logit(row, i);
     r.ok = r.ok && e.valid;
@@ -350,10 +446,18 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
   }
   r.collected = count;
   if (!r.ok || !(r.max > -core::kInf)) return r;
-  // The argmax: the first index holding the max, found again in the (cache-hot) row.
+  // The argmax: the first index holding the max, found again in the (cache-hot) row; the vector
+  // search, which reads entries as -inf, stops at the block of the first entry holding it.
+  std::int32_t stop = body;
+  for (std::int32_t e = 0; e < entries; ++e) {
+    if (row.overlay.value[e] == r.max) {
+      stop = row.overlay.index[e] - row.overlay.index[e] % W;
+      break;
+    }
+  }
   FB<Arch> unused(true);
-  for (i = 0; i + W <= body; i += W) {
-    if (xsimd::any(load_g<Arch, false>(row, i, unused) == B(r.max))) break;
+  for (i = 0; i + W <= stop; i += W) {
+    if (xsimd::any(load_g<Arch, kEntries>(row, i, unused) == B(r.max))) break;
   }
   for (; i < n; ++i) {
     if (core::processed_logit(row, i).g == r.max) {
@@ -369,7 +473,7 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
 /// FixedSum on its coarse grid (w <= 1, and the max weighs 1: the sum is at least 1, so n
 /// roundings of 2^-41 are below 2^-24 of it for n <= 2^17). Kept: g >= view.threshold and w >= min_w. min_w > 0 is min_p: w is non-decreasing in g, so that is a value
 /// threshold too, and view.threshold becomes the lowest kept g.
-template <class Arch>
+template <class Arch, Entries kEntries>
 void weights_pass(LogitView<float>& view, float min_w, float* out) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
@@ -381,13 +485,15 @@ void weights_pass(LogitView<float>& view, float min_w, float* out) {
   FB<Arch> unused(true);
   FixedLanes<Arch> lanes;
   B lowest(core::kInf);
-  const auto weights = [&](std::int32_t i) SPECVERIFY_LAMBDA_INLINE {
-    const B g = load_g<Arch, false>(row, i, unused);
+  const auto weights_of = [&](const B& g) SPECVERIFY_LAMBDA_INLINE {
     const B w = exp_weight<Arch>((g - max) * inv_t);
     if (all) return w;
     const auto kept = (g >= threshold) & (w >= floor);
     lowest = xsimd::select(kept & (g < lowest), g, lowest);
     return xsimd::select(kept, w, B(0.0f));
+  };
+  const auto weights = [&](std::int32_t i) SPECVERIFY_LAMBDA_INLINE {
+    return weights_of(load_g<Arch, kEntries>(row, i, unused));
   };
   std::int32_t i = 0;
   for (; i + 2 * W <= n; i += 2 * W) {
@@ -401,6 +507,16 @@ void weights_pass(LogitView<float>& view, float min_w, float* out) {
     const B w = weights(i);
     w.store_unaligned(out + i);
     add_weights<Arch>(lanes, w);
+  }
+  if constexpr (kEntries == Entries::excluded) {  // the entries in the body, which read 0 above
+    const core::Overlay& o = row.overlay;
+    for_entries<Arch>(o, i, [&](std::int32_t k, std::int32_t len, const I<Arch>&) {
+      const B w = weights_of(load_lanes<Arch>(o.value + k, len, -core::kInf));
+      add_weights<Arch>(lanes, w);
+      alignas(64) float ws[W];
+      w.store_aligned(ws);
+      for (std::int32_t j = 0; j < len; ++j) out[o.index[k + j]] = ws[j];
+    });
   }
   core::FixedSum s;
   lanes.flush(s);
@@ -498,7 +614,7 @@ void list_kept(LogitView<float>& view) {
   };
   std::int32_t i = 0;
   for (; i + W <= row.n; i += W) {
-    const B g = load_g<Arch, false>(row, i, unused);
+    const B g = load_g<Arch, Entries::patched>(row, i, unused);
     if (!xsimd::any(g >= B(view.threshold))) continue;
     alignas(64) float lanes[W];
     g.store_aligned(lanes);
@@ -532,7 +648,10 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   const bool top_k = !view.greedy && params.top_k > 0 && params.top_k < row.n;
   const bool top_p = !view.greedy && params.top_p < 1.0f;
   const bool collect = top_k || top_p;
-  const d::Scan s = d::scan<Arch>(row, collect, top_k ? params.top_k : 0, scratch);
+  const std::int32_t k = top_k ? params.top_k : 0;
+  const bool overlay = row.overlay.size > 0;
+  const d::Scan s = overlay ? d::scan<Arch, d::Entries::excluded>(row, collect, k, scratch)
+                            : d::scan<Arch, d::Entries::none>(row, collect, k, scratch);
   view.ok = s.ok;
   view.max = s.max;
   view.argmax = s.argmax;
@@ -543,7 +662,11 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
     return view;
   }
   const auto keep_weights = [&](float min_w) {
-    d::weights_pass<Arch>(view, min_w, scratch);
+    if (overlay) {
+      d::weights_pass<Arch, d::Entries::excluded>(view, min_w, scratch);
+    } else {
+      d::weights_pass<Arch, d::Entries::none>(view, min_w, scratch);
+    }
     view.weights = scratch;
     view.inv_norm = static_cast<float>(1.0 / view.norm);
   };
@@ -795,7 +918,7 @@ Checked<std::int32_t> LogitRows<Arch>::gumbel_argmax(const View& p, std::uint64_
   logits_detail::FB<Arch> ok(true);
   std::int32_t i = 0;
   for (; i + W <= rows; i += W) {
-    const B g = logits_detail::load_g<Arch, false>(p.row, i, ok);
+    const B g = logits_detail::load_g<Arch, logits_detail::Entries::patched>(p.row, i, ok);
     // a + kGumbelMax >= best_key  <=>  g >= max + (best_key - kGumbelMax) T, with slack for rounding.
     const B a = (g - B(p.max)) * B(p.inv_temperature);
     if (!xsimd::any((g >= B(p.threshold)) & (a >= B(static_cast<float>(best_key - core::kGumbelMax - 1e-3))))) {
