@@ -20,6 +20,12 @@ Array as_parents(py::handle obj, const PyOffsets& offsets) {
   return a;
 }
 
+/// "NAME holds M entries", or "NAME is None".
+std::string holds(const Array& a, const char* name) {
+  if (!a.present()) return std::string(name) + " is None";
+  return std::string(name) + " holds " + std::to_string(a.rows()) + (a.rows() == 1 ? " entry" : " entries");
+}
+
 /// An optional per-sequence array [B].
 Array per_sequence(py::handle obj, const char* name, Elem elem, std::int32_t batch_size, bool optional = true) {
   Array a = as_array(obj, name, elem, 1, false, optional);
@@ -115,9 +121,47 @@ TreeBatch<float> PyTreeBatch::view() {
   return b;
 }
 
+PyListEntries::PyListEntries(py::handle tokens_, py::handle values_, const ListNames& names_)
+    : names(&names_),
+      tokens(as_array(tokens_, names_.tokens, Elem::int32, 1, false, true)),
+      values(as_array(values_, names_.values, names_.value_elem, 1, false, true)) {
+  if (values.rows() != tokens.rows()) {
+    reject(holds(values, names_.values), ", but ", holds(tokens, names_.tokens), " (one value per token)");
+  }
+}
+
+PyTokenList::PyTokenList(py::handle offsets_, py::handle tokens, py::handle values, const ListNames& names,
+                         std::int32_t batch_size)
+    : offsets(as_array(offsets_, names.offsets, Elem::int32, 1, false, true)), entries(tokens, values, names) {
+  if (offsets.present()) {
+    expect_extent(offsets, names.offsets, 0, std::int64_t{batch_size} + 1,
+                  "it needs B + 1 = " + std::to_string(std::int64_t{batch_size} + 1) + " offsets");
+  } else if (entries.tokens.present() || entries.values.present()) {
+    reject(entries.tokens.present() ? names.tokens : names.values, " is given, but ", names.offsets,
+           " is None (a list needs its offsets)");
+  }
+}
+
+void PyTokenList::check_total(std::int32_t batch_size) const {
+  if (!offsets.present() || batch_size == 0) return;  // an empty batch reads no list
+  const std::int32_t total = offsets_copy[static_cast<std::size_t>(batch_size)];
+  if (total != entries.size()) {
+    reject(entries.names->offsets, "[B] = ", std::to_string(total), " but ",
+           holds(entries.tokens, entries.names->tokens));
+  }
+}
+
+void PyTokenList::add_inputs(std::vector<Extent>& inputs) const {
+  inputs.push_back(extent_of(offsets, entries.names->offsets, Elem::int32));
+  inputs.push_back(extent_of(entries.tokens, entries.names->tokens, Elem::int32));
+  inputs.push_back(extent_of(entries.values, entries.names->values, entries.names->value_elem));
+}
+
 PyLogitsFields::PyLogitsFields(py::handle target_params_, py::handle draft_params_, py::handle draft_to_target_,
                                py::handle unconditional_logits_, py::handle unconditional_first_row_,
-                               py::handle guidance_scale_, py::handle allowed_tokens_, std::int32_t batch_size,
+                               py::handle guidance_scale_, py::handle allowed_tokens_, py::handle history_offsets,
+                               py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
+                               py::handle bias_tokens, py::handle bias_values, std::int32_t batch_size,
                                std::int32_t vocab_size, std::int64_t target_rows)
     : target_params(per_sequence(target_params_, "target_params", Elem::sampling_params, batch_size, false)),
       draft_params(per_sequence(draft_params_, "draft_params", Elem::sampling_params, batch_size)),
@@ -125,7 +169,9 @@ PyLogitsFields::PyLogitsFields(py::handle target_params_, py::handle draft_param
       unconditional_logits(as_array(unconditional_logits_, "unconditional_logits", Elem::float32, 2, false, true)),
       unconditional_first_row(per_sequence(unconditional_first_row_, "unconditional_first_row", Elem::int64, batch_size)),
       guidance_scale(per_sequence(guidance_scale_, "guidance_scale", Elem::float32, batch_size)),
-      allowed_tokens(as_array(allowed_tokens_, "allowed_tokens", Elem::bits32, 2, false, true)) {
+      allowed_tokens(as_array(allowed_tokens_, "allowed_tokens", Elem::bits32, 2, false, true)),
+      history(history_offsets, history_tokens, history_counts, kHistory, batch_size),
+      bias(bias_offsets, bias_tokens, bias_values, kBias, batch_size) {
   if (draft_to_target.present()) {
     if (draft_to_target.rows() < 1) reject("draft_to_target must hold at least one target id, got none");
     draft_vocab_size = as_int32(draft_to_target.rows(), "draft vocab size");
@@ -181,6 +227,8 @@ void PyLogitsFields::fill(CppBatch& batch, const PyOffsets& offsets) {
   batch.unconditional_first_row = first;
   batch.guidance_scale = guidance_scale.as<const float>();
   batch.allowed_tokens = allowed_tokens.as<const std::uint32_t>();
+  history.fill(batch.history_offsets, batch.history_tokens, batch.history_counts, offsets.batch_size);
+  bias.fill(batch.bias_offsets, batch.bias_tokens, batch.bias_values, offsets.batch_size);
 }
 
 void PyLogitsFields::add_inputs(std::vector<Extent>& inputs) const {
@@ -191,6 +239,8 @@ void PyLogitsFields::add_inputs(std::vector<Extent>& inputs) const {
   inputs.push_back(extent_of(unconditional_first_row, "unconditional_first_row", Elem::int64));
   inputs.push_back(extent_of(guidance_scale, "guidance_scale", Elem::float32));
   inputs.push_back(extent_of(allowed_tokens, "allowed_tokens", Elem::bits32));
+  history.add_inputs(inputs);
+  bias.add_inputs(inputs);
 }
 
 namespace {
@@ -210,14 +260,17 @@ PyLogitsChainBatch::PyLogitsChainBatch(py::handle offsets_, py::handle tokens, p
                                        py::handle target_params, py::handle draft_params,
                                        py::handle draft_to_target, py::handle unconditional_logits,
                                        py::handle unconditional_first_row, py::handle guidance_scale,
-                                       py::handle allowed_tokens)
+                                       py::handle allowed_tokens, py::handle history_offsets,
+                                       py::handle history_tokens, py::handle history_counts,
+                                       py::handle bias_offsets, py::handle bias_tokens, py::handle bias_values)
     : offsets(offsets_, tokens, "draft_offsets"),
       target_logits(as_rows(target, "target_logits", drafts() + offsets.batch_size,
                             rows_needed(drafts(), offsets.batch_size, kChainRows))),
       draft_logits(as_rows(draft, "draft_logits", drafts(),
                            "it needs N = " + std::to_string(drafts()) + " rows (one per draft token)", true)),
       fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
-             guidance_scale, allowed_tokens, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
+             guidance_scale, allowed_tokens, history_offsets, history_tokens, history_counts, bias_offsets,
+             bias_tokens, bias_values, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
              drafts() + offsets.batch_size),
       batch_size(offsets.batch_size),
       vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
@@ -229,7 +282,10 @@ PyLogitsChainBatch PyLogitsChainBatch::fresh() const {
           source_or_none(draft_logits), fields.target_params.source, source_or_none(fields.draft_params),
           source_or_none(fields.draft_to_target), source_or_none(fields.unconditional_logits),
           source_or_none(fields.unconditional_first_row), source_or_none(fields.guidance_scale),
-          source_or_none(fields.allowed_tokens)};
+          source_or_none(fields.allowed_tokens), source_or_none(fields.history.offsets),
+          source_or_none(fields.history.entries.tokens), source_or_none(fields.history.entries.values),
+          source_or_none(fields.bias.offsets), source_or_none(fields.bias.entries.tokens),
+          source_or_none(fields.bias.entries.values)};
 }
 
 std::vector<Extent> PyLogitsChainBatch::inputs() const {
@@ -261,7 +317,9 @@ PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents
                                      py::handle target_params, py::handle draft_params,
                                      py::handle draft_to_target, py::handle unconditional_logits,
                                      py::handle unconditional_first_row, py::handle guidance_scale,
-                                     py::handle allowed_tokens)
+                                     py::handle allowed_tokens, py::handle history_offsets,
+                                     py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
+                                     py::handle bias_tokens, py::handle bias_values)
     : offsets(node_offsets, tokens, "node_offsets"),
       parents(as_parents(parents_, offsets)),
       target_logits(as_rows(target, "target_logits", drafts() + offsets.batch_size,
@@ -271,7 +329,8 @@ PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents
                            true)),
       drafted(drafted_),
       fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
-             guidance_scale, allowed_tokens, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
+             guidance_scale, allowed_tokens, history_offsets, history_tokens, history_counts, bias_offsets,
+             bias_tokens, bias_values, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
              drafts() + offsets.batch_size),
       batch_size(offsets.batch_size),
       vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
@@ -283,7 +342,10 @@ PyLogitsTreeBatch PyLogitsTreeBatch::fresh() const {
           source_or_none(draft_logits), drafted, fields.target_params.source, source_or_none(fields.draft_params),
           source_or_none(fields.draft_to_target), source_or_none(fields.unconditional_logits),
           source_or_none(fields.unconditional_first_row), source_or_none(fields.guidance_scale),
-          source_or_none(fields.allowed_tokens)};
+          source_or_none(fields.allowed_tokens), source_or_none(fields.history.offsets),
+          source_or_none(fields.history.entries.tokens), source_or_none(fields.history.entries.values),
+          source_or_none(fields.bias.offsets), source_or_none(fields.bias.entries.tokens),
+          source_or_none(fields.bias.entries.values)};
 }
 
 std::vector<Extent> PyLogitsTreeBatch::inputs() const {

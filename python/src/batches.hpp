@@ -2,9 +2,10 @@
 // checked against each other, so mistakes show early), and every verify views them again with
 // fresh() (a caller may have resized an array since) and builds its C++ struct from that with
 // view(), with the GIL held. view() copies what the library reads as indices (offsets, tokens,
-// parents, row numbers, the draft map) and the sampling parameters: the rule is that inputs do not
-// change during a call, and a thread that breaks it while verify runs without the GIL can change
-// the rows read, never the indices validated.
+// parents, row numbers, the draft map, the history and bias lists' offsets and tokens) and the
+// sampling parameters: the rule is that inputs do not change during a call, and a thread that
+// breaks it while verify runs without the GIL can change the rows read, never the indices
+// validated.
 //
 // A batch type is a struct with batch_size, drafts() (entries indexed like draft_tokens), fresh(),
 // inputs() (extents of the arrays it reads), view() and kShape (whether rules that cut chains
@@ -128,11 +129,61 @@ struct PyTreeBatch {
   TreeBatch<float> view();
 };
 
+/// The argument names of a token list (history or logit bias) and the element type of its values.
+struct ListNames {
+  const char* offsets;
+  const char* tokens;
+  const char* values;
+  Elem value_elem;
+};
+inline constexpr ListNames kHistory{"history_offsets", "history_tokens", "history_counts", Elem::int32};
+inline constexpr ListNames kBias{"bias_offsets", "bias_tokens", "bias_values", Elem::float32};
+
+/// A token list's entries: tokens int32 [M] and one value each (history counts int32, bias values
+/// float32), or None (no entries). The tokens are indices, so fill() gives the call its own copy;
+/// the values are read in place, like rows (a write during a call can change the result only).
+struct PyListEntries {
+  const ListNames* names;
+  Array tokens, values;
+  std::vector<std::int32_t> tokens_copy;
+
+  PyListEntries(py::handle tokens_, py::handle values_, const ListNames& names_);
+  std::int64_t size() const { return tokens.rows(); }
+  template <class Value>
+  void fill(const std::int32_t*& tokens_out, const Value*& values_out) {
+    tokens_out = snapshot(tokens, tokens_copy);
+    values_out = values.as<const Value>();
+  }
+};
+
+/// A per-sequence ragged list of the logits batches: offsets int32 [B+1] (or None: no list) and
+/// its entries, offsets[B] of them.
+struct PyTokenList {
+  Array offsets;
+  PyListEntries entries;
+  std::vector<std::int32_t> offsets_copy;
+
+  PyTokenList(py::handle offsets_, py::handle tokens, py::handle values, const ListNames& names,
+              std::int32_t batch_size);
+  /// The C++ fields, with the call's copies of the offsets and tokens, once the offsets' total is
+  /// the entries' count (C++ cannot know how many there are; it validates the offsets themselves).
+  template <class Value>
+  void fill(const std::int32_t*& offsets_out, const std::int32_t*& tokens_out, const Value*& values_out,
+            std::int32_t batch_size) {
+    offsets_out = snapshot(offsets, offsets_copy);
+    check_total(batch_size);
+    entries.fill(tokens_out, values_out);
+  }
+  void check_total(std::int32_t batch_size) const;
+  void add_inputs(std::vector<Extent>& inputs) const;
+};
+
 /// What LogitsChainBatch and LogitsTreeBatch add to their layouts: sampling parameters, the
-/// reduced draft vocabulary, guidance and the grammar bitmask.
+/// reduced draft vocabulary, guidance, the grammar bitmask, and the history and bias lists.
 struct PyLogitsFields {
   Array target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
       guidance_scale, allowed_tokens;
+  PyTokenList history, bias;
   std::int32_t draft_vocab_size = 0;  // 0: the target's
   std::vector<SamplingParams> target_params_copy, draft_params_copy;
   std::vector<std::int32_t> draft_to_target_copy;
@@ -140,7 +191,9 @@ struct PyLogitsFields {
 
   PyLogitsFields(py::handle target_params_, py::handle draft_params_, py::handle draft_to_target_,
                  py::handle unconditional_logits_, py::handle unconditional_first_row_,
-                 py::handle guidance_scale_, py::handle allowed_tokens_, std::int32_t batch_size,
+                 py::handle guidance_scale_, py::handle allowed_tokens_, py::handle history_offsets,
+                 py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
+                 py::handle bias_tokens, py::handle bias_values, std::int32_t batch_size,
                  std::int32_t vocab_size, std::int64_t target_rows);
 
   /// The draft rows' length: len(draft_to_target), else V.
@@ -167,7 +220,9 @@ struct PyLogitsChainBatch {
   PyLogitsChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft,
                      py::handle target_params, py::handle draft_params, py::handle draft_to_target,
                      py::handle unconditional_logits, py::handle unconditional_first_row,
-                     py::handle guidance_scale, py::handle allowed_tokens);
+                     py::handle guidance_scale, py::handle allowed_tokens, py::handle history_offsets,
+                     py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
+                     py::handle bias_tokens, py::handle bias_values);
   std::int64_t drafts() const { return offsets.drafts(); }
   PyLogitsChainBatch fresh() const;
   std::vector<Extent> inputs() const;
@@ -190,7 +245,9 @@ struct PyLogitsTreeBatch {
   PyLogitsTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
                     py::handle draft, Drafted drafted_, py::handle target_params, py::handle draft_params,
                     py::handle draft_to_target, py::handle unconditional_logits,
-                    py::handle unconditional_first_row, py::handle guidance_scale, py::handle allowed_tokens);
+                    py::handle unconditional_first_row, py::handle guidance_scale, py::handle allowed_tokens,
+                    py::handle history_offsets, py::handle history_tokens, py::handle history_counts,
+                    py::handle bias_offsets, py::handle bias_tokens, py::handle bias_values);
   std::int64_t drafts() const { return offsets.drafts(); }
   PyLogitsTreeBatch fresh() const;
   std::vector<Extent> inputs() const;

@@ -75,6 +75,12 @@ void logits_fields(Class& cls) {
       .def_property_readonly("unconditional_first_row", field_source<T>(&PyLogitsFields::unconditional_first_row))
       .def_property_readonly("guidance_scale", field_source<T>(&PyLogitsFields::guidance_scale))
       .def_property_readonly("allowed_tokens", field_source<T>(&PyLogitsFields::allowed_tokens));
+  for (const auto& [list, names] : {std::pair{&PyLogitsFields::history, &kHistory}, {&PyLogitsFields::bias, &kBias}}) {
+    const auto of = [list = list](const T& b) -> const PyTokenList& { return b.fields.*list; };
+    cls.def_property_readonly(names->offsets, [of](const T& b) { return source_or_none(of(b).offsets); })
+        .def_property_readonly(names->tokens, [of](const T& b) { return source_or_none(of(b).entries.tokens); })
+        .def_property_readonly(names->values, [of](const T& b) { return source_or_none(of(b).entries.values); });
+  }
 }
 
 constexpr const char* kLogitsFieldsDoc =
@@ -87,7 +93,13 @@ constexpr const char* kLogitsFieldsDoc =
     "  unconditional_first_row int64 [B] (sequence b's first row, its k_b + 1 rows follow; -1: no\n"
     "  guidance) and guidance_scale float32 [B], or None;\n"
     "allowed_tokens: uint32 (or int32) [N+B, ceil(V/32)] grammar bitmask, adjacent rows (the\n"
-    "  xgrammar layout: bit v % 32 of word v / 32 set = token v allowed), or None.";
+    "  xgrammar layout: bit v % 32 of word v / 32 set = token v allowed), or None;\n"
+    "history_offsets: int32 [B+1] with history_tokens int32 (sequence b's entries\n"
+    "  history_offsets[b] ..: every token of its prompt and output, ascending, unique) and\n"
+    "  history_counts int32 (times each was generated, >= 0), for the penalties of its\n"
+    "  SamplingParams (the drafts on a row's path count too), or None;\n"
+    "bias_offsets: int32 [B+1] with bias_tokens int32 (unique per sequence) and bias_values\n"
+    "  float32 (finite, added to the target logit), or None.";
 
 }  // namespace
 
@@ -184,16 +196,20 @@ void bind_module(py::module_& m) {
   py::class_<PyLogitsChainBatch> logits_chain(
       m, "LogitsChainBatch",
       (std::string("Draft chains whose rows are logits; verify applies each sequence's sampling parameters\n"
-                   "(guidance, bitmask, temperature, top_k, top_p, min_p) itself, writing no probability rows.\n"
+                   "(guidance, logit bias, penalties, bitmask, temperature, top_k, top_p, min_p) itself,\n"
+                   "writing no probability rows.\n"
                    "draft_offsets, draft_tokens: as ChainBatch; target_logits: float32 [N+B, V];\n"
                    "draft_logits: float32 [N, Vd] or None (one-hot drafts);\n") + kLogitsFieldsDoc).c_str());
   logits_chain
       .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
-                    py::handle, py::handle, py::handle>(),
+                    py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
+                    py::handle>(),
            py::kw_only(), "draft_offsets"_a, "draft_tokens"_a, "target_logits"_a, "draft_logits"_a = py::none(),
            "target_params"_a, "draft_params"_a = py::none(), "draft_to_target"_a = py::none(),
            "unconditional_logits"_a = py::none(), "unconditional_first_row"_a = py::none(),
-           "guidance_scale"_a = py::none(), "allowed_tokens"_a = py::none())
+           "guidance_scale"_a = py::none(), "allowed_tokens"_a = py::none(), "history_offsets"_a = py::none(),
+           "history_tokens"_a = py::none(), "history_counts"_a = py::none(), "bias_offsets"_a = py::none(),
+           "bias_tokens"_a = py::none(), "bias_values"_a = py::none())
       .def_property_readonly("draft_offsets", &offsets_source<PyLogitsChainBatch>)
       .def_property_readonly("draft_tokens", &tokens_source<PyLogitsChainBatch>)
       .def_property_readonly("target_logits", source_of(&PyLogitsChainBatch::target_logits))
@@ -208,12 +224,15 @@ void bind_module(py::module_& m) {
                    "None) with LogitsChainBatch's per-sequence fields:\n") + kLogitsFieldsDoc).c_str());
   logits_tree
       .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, Drafted, py::handle, py::handle,
-                    py::handle, py::handle, py::handle, py::handle, py::handle>(),
+                    py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
+                    py::handle, py::handle, py::handle>(),
            py::kw_only(), "node_offsets"_a, "parents"_a, "draft_tokens"_a, "target_logits"_a,
            "draft_logits"_a = py::none(), "drafted"_a = Drafted::sampled, "target_params"_a,
            "draft_params"_a = py::none(), "draft_to_target"_a = py::none(), "unconditional_logits"_a = py::none(),
            "unconditional_first_row"_a = py::none(), "guidance_scale"_a = py::none(),
-           "allowed_tokens"_a = py::none())
+           "allowed_tokens"_a = py::none(), "history_offsets"_a = py::none(), "history_tokens"_a = py::none(),
+           "history_counts"_a = py::none(), "bias_offsets"_a = py::none(), "bias_tokens"_a = py::none(),
+           "bias_values"_a = py::none())
       .def_readonly("drafted", &PyLogitsTreeBatch::drafted)
       .def_property_readonly("node_offsets", &offsets_source<PyLogitsTreeBatch>)
       .def_property_readonly("parents", [](const PyLogitsTreeBatch& b) { return b.parents.source; })
@@ -314,16 +333,31 @@ void bind_module(py::module_& m) {
 
   m.def(
       "sample",
-      [](py::handle logits, const SamplingParams& params, std::uint64_t seed, std::int64_t position) {
+      [](py::handle logits, const SamplingParams& params, std::uint64_t seed, std::int64_t position,
+         py::handle history_tokens, py::handle history_counts, py::handle bias_tokens, py::handle bias_values) {
         const Array row = as_array(logits, "logits", Elem::float32, 1);
         const std::int32_t vocab = as_int32(row.rows(), "vocab size");
+        PyListEntries history(history_tokens, history_counts, kHistory), bias(bias_tokens, bias_values, kBias);
+        const std::int32_t *history_data = nullptr, *counts = nullptr, *bias_data = nullptr;
+        const float* values = nullptr;
+        history.fill(history_data, counts);
+        bias.fill(bias_data, values);
+        const std::int32_t history_size = as_int32(history.size(), "history size");
+        const std::int32_t bias_size = as_int32(bias.size(), "bias size");
         py::gil_scoped_release release;
-        return specverify::sample(row.as<const float>(), vocab, params, seed, position);
+        return specverify::sample(row.as<const float>(), vocab, params, seed, position, history_data, counts,
+                                  history_size, bias_data, values, bias_size);
       },
-      "logits"_a, "params"_a = SamplingParams{}, "seed"_a = 0, "position"_a = 0,
+      "logits"_a, "params"_a = SamplingParams{}, "seed"_a = 0, "position"_a = 0, py::kw_only(),
+      "history_tokens"_a = py::none(), "history_counts"_a = py::none(), "bias_tokens"_a = py::none(),
+      "bias_values"_a = py::none(),
       "One plain (non-speculative) draw from a row of logits (float32 [V]) with its SamplingParams, by\n"
       "Gumbel-max with noise keyed only by (seed, position, token): the tokens Coupled verification emits.\n"
-      "Raises InvalidInput for parameters out of range, a NaN or +inf logit, or a row that is all -inf.");
+      "history_tokens int32 [M] (ascending, unique; a draft row's own drafts included) with\n"
+      "history_counts int32 [M] (>= 0), and bias_tokens int32 [L] (unique) with bias_values float32 [L]\n"
+      "(finite): the row's penalties and logit bias, or None.\n"
+      "Raises InvalidInput for parameters out of range, a NaN or +inf logit, a row that is all -inf, a\n"
+      "bad list entry, or a logit that bias or penalties overflow.");
 }
 
 }  // namespace specverify::python

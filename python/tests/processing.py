@@ -1,5 +1,6 @@
 """A NumPy reference of API.md's seven steps, logits row -> p, in float64; and small builders."""
 import numpy as np
+import specverify as sv
 
 
 def processed_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
@@ -53,3 +54,35 @@ def log_softmax_rows(logits):
     l = np.asarray(logits, np.float64)
     l = l - l.max(axis=-1, keepdims=True)
     return l - np.log(np.exp(l).sum(axis=-1, keepdims=True))
+
+
+def ragged(sizes):
+    """Offsets [len(sizes) + 1] of a ragged list whose parts have these sizes."""
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+
+
+def penalty_lists(rng, batch_size, vocab, max_history=20, max_bias=8):
+    """Random history and bias lists as the logits batches' keyword arguments: per sequence up to
+    max_history - 1 history tokens (ascending, unique) with counts 0 to 3, and up to max_bias - 1
+    bias tokens (unique, any order) with values N(0, 2)."""
+    history = [np.sort(rng.choice(vocab, rng.integers(0, max_history), replace=False)) for _ in range(batch_size)]
+    bias = [rng.choice(vocab, rng.integers(0, max_bias), replace=False) for _ in range(batch_size)]
+    history_tokens = np.concatenate(history).astype(np.int32)
+    bias_tokens = np.concatenate(bias).astype(np.int32)
+    return dict(history_offsets=ragged([len(h) for h in history]), history_tokens=history_tokens,
+                history_counts=rng.integers(0, 4, history_tokens.size).astype(np.int32),
+                bias_offsets=ragged([len(x) for x in bias]), bias_tokens=bias_tokens,
+                bias_values=rng.normal(0, 2, bias_tokens.size).astype(np.float32))
+
+
+def penalties(params, rng):
+    """Non-neutral penalties in a SamplingParams array, per entry (the choices include neutral ones)."""
+    n = params.size
+    params["repetition_penalty"] = rng.choice([1.0, 1.3, 0.7, 2.0], n)
+    params["presence_penalty"] = rng.choice([0.0, 0.5, -0.4], n)
+    params["frequency_penalty"] = rng.choice([0.0, 0.3, 1.0], n)
+
+
+def one_params(entry):
+    """The SamplingParams object of one entry of a SamplingParams array (as sample() takes it)."""
+    return sv.SamplingParams(**{f: entry[f].item() for f in sv.SamplingParams.dtype.names})

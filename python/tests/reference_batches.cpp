@@ -1,16 +1,20 @@
 // The C++ side of python/tests/test_against_cpp_batches.py: one rule on a chain, tree, logits-chain
 // or logits-tree batch read from raw files, with every optional field the files give, writing
-// tokens, accepted counts, accepted nodes (trees), logprobs and statistics.
+// tokens, accepted counts, accepted nodes (trees), logprobs and statistics; or sample() on B rows.
 //
 //   reference_batches DIR    reads DIR/spec.txt and the arrays beside it, writes DIR/out_*
 //
 // spec.txt: "KIND B V row_width seed offset drafted" (KIND: chain | tree | logits_chain |
-// logits_tree; drafted: 0 sampled, 1 without replacement, 2 deterministic), then the rule's words
-// (reference_rules.hpp). Arrays, native-endian and contiguous, each optional unless marked:
-// offsets.i32 [B+1] (required), tokens.i32 [N] (required), parents.i32 [N] (trees),
-// target.f32 [rows][V] (required), draft.f32 [rows][Vd], seeds.u64 [B], positions.i64 [B],
+// logits_tree | sample; drafted: 0 sampled, 1 without replacement, 2 deterministic), then the
+// rule's words (reference_rules.hpp; none for sample). Arrays, native-endian and contiguous, each
+// optional unless marked: offsets.i32 [B+1] (required), tokens.i32 [N] (required), parents.i32 [N]
+// (trees), target.f32 [rows][V] (required), draft.f32 [rows][Vd], seeds.u64 [B], positions.i64 [B],
 // scores.f32 [N], accept.f32 [N]; logits only: tparams.sp [B] (required), dparams.sp [B],
-// d2t.i32 [Vd], uncond.f32 [U][V], first_row.i64 [B], gscale.f32 [B], allowed.u32 [N+B][words].
+// d2t.i32 [Vd], uncond.f32 [U][V], first_row.i64 [B], gscale.f32 [B], allowed.u32 [N+B][words],
+// hoffsets.i32 [B+1] with htokens.i32 and hcounts.i32 (history), boffsets.i32 [B+1] with
+// btokens.i32 and bvalues.f32 (logit bias).
+// sample: row b of target.f32 [B][V] drawn with tparams[b], seeds[b], positions[b] and sequence
+// b's lists; writes out_tokens.i32 [B].
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +22,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <specverify/specverify.hpp>
@@ -68,13 +73,21 @@ struct Files {
         first_row(read<std::int64_t>(dir + "first_row.i64")),
         allowed(read<std::uint32_t>(dir + "allowed.u32")),
         tparams(read<sv::SamplingParams>(dir + "tparams.sp")),
-        dparams(read<sv::SamplingParams>(dir + "dparams.sp")) {}
+        dparams(read<sv::SamplingParams>(dir + "dparams.sp")),
+        hoffsets(read<std::int32_t>(dir + "hoffsets.i32")),
+        htokens(read<std::int32_t>(dir + "htokens.i32")),
+        hcounts(read<std::int32_t>(dir + "hcounts.i32")),
+        boffsets(read<std::int32_t>(dir + "boffsets.i32")),
+        btokens(read<std::int32_t>(dir + "btokens.i32")),
+        bvalues(read<float>(dir + "bvalues.f32")) {}
   std::vector<std::int32_t> offsets, tokens, parents, d2t;
   std::vector<float> target, draft, uncond, gscale, scores, accept;
   std::vector<std::uint64_t> seeds;
   std::vector<std::int64_t> positions, first_row;
   std::vector<std::uint32_t> allowed;
   std::vector<sv::SamplingParams> tparams, dparams;
+  std::vector<std::int32_t> hoffsets, htokens, hcounts, boffsets, btokens;
+  std::vector<float> bvalues;
 };
 
 /// The logits fields every logits batch shares.
@@ -90,6 +103,31 @@ void logits_fields(Batch& batch, const Files& f) {
   batch.unconditional_first_row = data_or_null(f.first_row);
   batch.guidance_scale = data_or_null(f.gscale);
   batch.allowed_tokens = data_or_null(f.allowed);
+  batch.history_offsets = data_or_null(f.hoffsets);
+  batch.history_tokens = data_or_null(f.htokens);
+  batch.history_counts = data_or_null(f.hcounts);
+  batch.bias_offsets = data_or_null(f.boffsets);
+  batch.bias_tokens = data_or_null(f.btokens);
+  batch.bias_values = data_or_null(f.bvalues);
+}
+
+/// Sequence b's entries of a list: its first and how many (none where the list is absent).
+std::pair<std::int32_t, std::int32_t> list_slice(const std::vector<std::int32_t>& offsets, std::int32_t b) {
+  if (offsets.empty()) return {0, 0};
+  return {offsets[b], offsets[b + 1] - offsets[b]};
+}
+
+/// sample() on each of the B rows, with its sequence's parameters, seed, position and lists.
+std::vector<std::int32_t> sample_rows(std::int32_t B, std::int32_t V, const Files& f) {
+  std::vector<std::int32_t> tokens(B);
+  for (std::int32_t b = 0; b < B; ++b) {
+    const auto [h, history_size] = list_slice(f.hoffsets, b);
+    const auto [o, bias_size] = list_slice(f.boffsets, b);
+    tokens[b] = sv::sample(f.target.data() + std::size_t(b) * V, V, f.tparams[b], f.seeds[b], f.positions[b],
+                           data_or_null(f.htokens) + h, data_or_null(f.hcounts) + h, history_size,
+                           data_or_null(f.btokens) + o, data_or_null(f.bvalues) + o, bias_size);
+  }
+  return tokens;
 }
 
 }  // namespace
@@ -107,6 +145,10 @@ int main(int argc, char** argv) {
     std::uint64_t seed = 0, offset = 0;
     spec >> kind >> B >> V >> width >> seed >> offset >> drafted;
     if (!spec) throw std::runtime_error("bad spec.txt");
+    if (kind == "sample") {
+      write(dir + "out_tokens.i32", sample_rows(B, V, Files(dir)));
+      return 0;
+    }
     std::string rule_line;
     std::getline(spec >> std::ws, rule_line);
     std::istringstream words(rule_line);

@@ -1,8 +1,9 @@
 """Token for token against the C++ library for chains with Coupled and logprobs, trees and logits
 batches: the same batch through the Python module (strided NumPy or torch views) and through
 reference_batches (contiguous C++ arrays): tokens, accepted counts, accepted nodes, logprobs (bit
-for bit) and statistics, every rule, every optional logits field. ctest sets
-SPECVERIFY_REFERENCE_BATCHES to the reference binary."""
+for bit) and statistics, every rule, every optional logits field, the history and bias lists with
+penalties; and sample() with its lists. ctest sets SPECVERIFY_REFERENCE_BATCHES to the reference
+binary."""
 import os
 import subprocess
 
@@ -11,7 +12,7 @@ import pytest
 import specverify as sv
 
 from conftest import as_numpy, normalised
-from processing import bitmask
+from processing import bitmask, one_params, penalties, penalty_lists
 
 REFERENCE = os.environ.get("SPECVERIFY_REFERENCE_BATCHES")
 pytestmark = pytest.mark.skipif(not REFERENCE, reason="SPECVERIFY_REFERENCE_BATCHES not set (run through ctest)")
@@ -30,14 +31,24 @@ RULES = [
     (lambda s, a: sv.Sprinter(eta=0.7, verifier_scores=s), "sprinter 0.7"),
     (lambda s, a: sv.SpecDecPP(threshold=0.6, accept_probs=a, inner=sv.Ears(beta=0.2)), "specdecpp 0.6 ears 0.2"),
 ]
-KINDS = ["chain", "tree", "logits_chain", "logits_tree", "logits_chain_full", "logits_tree_full"]
+# _full: every optional logits field; _lists: history and bias lists, penalties in both parameter sets.
+KINDS = ["chain", "tree", "logits_chain", "logits_tree", "logits_chain_full", "logits_tree_full",
+         "logits_chain_lists", "logits_tree_lists", "logits_chain_full_lists", "logits_tree_full_lists"]
+# The reference's file for each array a Case may hold.
+FILES = dict(offsets="offsets.i32", tokens="tokens.i32", target="target.f32", draft="draft.f32", seeds="seeds.u64",
+             positions="positions.i64", scores="scores.f32", accept="accept.f32", parents="parents.i32",
+             tparams="tparams.sp", dparams="dparams.sp", d2t="d2t.i32", uncond="uncond.f32", first_row="first_row.i64",
+             gscale="gscale.f32", allowed="allowed.u32", history_offsets="hoffsets.i32", history_tokens="htokens.i32",
+             history_counts="hcounts.i32", bias_offsets="boffsets.i32", bias_tokens="btokens.i32",
+             bias_values="bvalues.f32")
+LISTS = ["history_offsets", "history_tokens", "history_counts", "bias_offsets", "bias_tokens", "bias_values"]
 
 
 class Case:
     """A random batch of one kind; arrays kept contiguous here, handed to Python as strided views."""
 
     def __init__(self, kind, rng, iid=False):
-        self.kind = kind.replace("_full", "")
+        self.kind = kind.replace("_full", "").replace("_lists", "")
         self.tree = "tree" in kind
         self.logits = kind.startswith("logits")
         counts = rng.integers(0, 6, size=B)
@@ -68,7 +79,7 @@ class Case:
         if self.logits:
             target = rng.normal(0, 3, (rows, V)).astype(np.float32)
             self.dvocab = V
-            if kind.endswith("_full"):
+            if "_full" in kind:
                 self.d2t = rng.permutation(V)[:64].astype(np.int32)
                 self.dvocab = 64
                 self.uncond = rng.normal(0, 3, (rows + 7, V)).astype(np.float32)
@@ -79,6 +90,14 @@ class Case:
                 self.dparams = self.params(rng)
             draft = rng.normal(0, 3, (self.draft_rows, self.dvocab)).astype(np.float32)
             self.tparams = self.params(rng)
+            if kind.endswith("_lists"):
+                self.__dict__.update(penalty_lists(rng, B, V))
+                penalties(self.tparams, rng)
+                if "_full" in kind:  # a drafter near the target (FSD accepts at times), with its own penalties
+                    self.dparams = self.tparams.copy()
+                    penalties(self.dparams, rng)
+                    near = target if self.tree else target[tested]
+                    draft = (near[:, self.d2t] + rng.normal(0, 1, draft.shape)).astype(np.float32)
             argmax = target[tested].argmax(axis=1)
             self.target, self.draft = target, draft
         else:
@@ -105,22 +124,18 @@ class Case:
         return max(d, default=0)
 
     @staticmethod
-    def params(rng):
-        p = sv.sampling_params(B)
-        p["temperature"] = rng.choice([0.0, 0.7, 1.0, 1.5], B)
-        p["top_k"] = rng.choice([0, 5, 20], B)
-        p["top_p"] = rng.choice([1.0, 0.9], B)
-        p["min_p"] = rng.choice([0.0, 0.05], B)
+    def params(rng, n=B):
+        p = sv.sampling_params(n)
+        p["temperature"] = rng.choice([0.0, 0.7, 1.0, 1.5], n)
+        p["top_k"] = rng.choice([0, 5, 20], n)
+        p["top_p"] = rng.choice([1.0, 0.9], n)
+        p["min_p"] = rng.choice([0.0, 0.05], n)
         return p
 
     def run_reference(self, tmp_path, words):
         d = tmp_path
         (d / "spec.txt").write_text(f"{self.kind} {B} {V} {self.width} 77 5 {int(self.drafted)}\n{words}\n")
-        arrays = dict(offsets="offsets.i32", tokens="tokens.i32", target="target.f32", draft="draft.f32",
-                      seeds="seeds.u64", positions="positions.i64", scores="scores.f32", accept="accept.f32",
-                      parents="parents.i32", tparams="tparams.sp", dparams="dparams.sp", d2t="d2t.i32",
-                      uncond="uncond.f32", first_row="first_row.i64", gscale="gscale.f32", allowed="allowed.u32")
-        for name, file in arrays.items():
+        for name, file in FILES.items():
             value = getattr(self, name, None)
             if value is not None:
                 np.ascontiguousarray(value).tofile(d / file)
@@ -155,7 +170,7 @@ class Case:
                    draft_params=getattr(self, "dparams", None), draft_to_target=optional("d2t"),
                    unconditional_logits=rows(getattr(self, "uncond", None)), unconditional_first_row=optional("first_row"),
                    guidance_scale=optional("gscale"), **common,
-                   allowed_tokens=self.bitmask(module))
+                   allowed_tokens=self.bitmask(module), **{name: optional(name) for name in LISTS})
 
     def bitmask(self, module):
         if getattr(self, "allowed", None) is None:
@@ -194,3 +209,36 @@ def test_tokens_match_cpp(tmp_path, module, kind, make_rule, words):
         assert [stats.drafted, stats.accepted, stats.relaxed, stats.target_checked] == expected["stats"]
         totals += [stats.accepted, stats.drafted]
     assert 0 < totals[0] < totals[1]  # both paths are exercised
+
+
+@pytest.mark.parametrize("vocab", [V, 5000])
+def test_sample_matches_cpp(tmp_path, module, vocab):
+    """sample() with history and bias lists (some empty) against the C++ sample(), row by row. The
+    lists name tokens below V = 96, where the wide rows hold most of their mass."""
+    conv = (lambda a: a) if module is np else module.from_numpy
+    rng = np.random.default_rng(vocab)
+    n = 64
+    target = rng.normal(0, 3, (n, vocab)).astype(np.float32)
+    target[:, V:] -= 5
+    a = dict(target=target, tparams=Case.params(rng, n),
+             seeds=rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
+             positions=rng.integers(0, 2**40, n, dtype=np.int64))
+    penalties(a["tparams"], rng)
+    a.update(penalty_lists(rng, n, V))
+    (tmp_path / "spec.txt").write_text(f"sample {n} {vocab} 1 0 0 0\n")
+    for name, array in a.items():
+        array.tofile(tmp_path / FILES[name])
+    subprocess.run([REFERENCE, str(tmp_path)], check=True)
+    expected = np.fromfile(tmp_path / "out_tokens.i32", np.int32)
+    got, plain = [], []
+    for b in range(n):
+        h = slice(a["history_offsets"][b], a["history_offsets"][b + 1])
+        o = slice(a["bias_offsets"][b], a["bias_offsets"][b + 1])
+        params = one_params(a["tparams"][b])
+        row, seed, position = conv(a["target"][b]), int(a["seeds"][b]), int(a["positions"][b])
+        got.append(sv.sample(row, params, seed, position, history_tokens=conv(a["history_tokens"][h]),
+                             history_counts=conv(a["history_counts"][h]), bias_tokens=conv(a["bias_tokens"][o]),
+                             bias_values=conv(a["bias_values"][o])))
+        plain.append(sv.sample(row, params, seed, position))
+    np.testing.assert_array_equal(got, expected)
+    assert np.sum(np.array(plain) != expected) >= n // 16  # the lists change draws: the comparison can fail
