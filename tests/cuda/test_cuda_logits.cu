@@ -7,6 +7,7 @@
 // is no CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -122,6 +123,40 @@ struct LogitsCase {
   std::vector<std::uint32_t> allowed;
   std::vector<SamplingParams> target_params, draft_params;
   std::vector<float> scores, accept_probs;
+  bool lists = false;
+  std::vector<std::int32_t> h_offsets, h_tokens, h_counts, b_offsets, b_tokens;
+  std::vector<float> b_values;
+
+  /// Penalties (the target's and the drafter's own) with a history per sequence (about V / 10
+  /// tokens, the drafts among them, counts 0 .. 3) and a bias list (in no order), for every row.
+  void add_lists(std::uint32_t seed) {
+    std::mt19937 rng(seed * 7919u);
+    lists = true;
+    h_offsets.assign(1, 0);
+    b_offsets.assign(1, 0);
+    for (std::int32_t b = 0; b < B; ++b) {
+      for (std::int32_t v = 0; v < V; ++v) {
+        const bool drafted = std::find(tokens.begin() + offsets[b], tokens.begin() + offsets[b + 1], v) !=
+                             tokens.begin() + offsets[b + 1];
+        if (rng() % 10 != 0 && !(drafted && rng() % 2 == 0)) continue;
+        h_tokens.push_back(v);
+        h_counts.push_back(std::int32_t(rng() % 4));
+      }
+      h_offsets.push_back(std::int32_t(h_tokens.size()));
+      for (std::int32_t k = 0; k < 8; ++k) {
+        const std::int32_t v = std::int32_t(rng() % V);
+        if (std::find(b_tokens.begin() + b_offsets.back(), b_tokens.end(), v) != b_tokens.end()) continue;
+        b_tokens.push_back(v);
+        b_values.push_back(std::uniform_real_distribution<float>(-4.0f, 4.0f)(rng));
+      }
+      b_offsets.push_back(std::int32_t(b_tokens.size()));
+      target_params[b].repetition_penalty = 1.0f + 0.1f * float(b % 5);
+      target_params[b].presence_penalty = 0.25f * float(b % 3);
+      target_params[b].frequency_penalty = 0.2f;
+      draft_params[b].repetition_penalty = b % 2 ? 1.3f : 1.0f;
+      draft_params[b].frequency_penalty = 0.1f * float(b % 4);
+    }
+  }
 
   /// Logits on a grid of 1/4 (ties everywhere, at the top-k and top-p boundaries too) or spread.
   LogitsCase(std::uint32_t seed, std::int32_t batch, std::int32_t vocab, bool ties, bool tree_layout, bool one_hot_drafts,
@@ -208,6 +243,14 @@ struct LogitsCase {
       batch.guidance_scale = scale.data();
     }
     if (masked) batch.allowed_tokens = allowed.data();
+    if (lists) {
+      batch.history_offsets = h_offsets.data();
+      batch.history_tokens = h_tokens.data();
+      batch.history_counts = h_counts.data();
+      batch.bias_offsets = b_offsets.data();
+      batch.bias_tokens = b_tokens.data();
+      batch.bias_values = b_values.data();
+    }
   }
 };
 
@@ -220,6 +263,8 @@ struct DeviceCase {
   DeviceArray<std::int64_t> first_row, positions;
   DeviceArray<std::uint32_t> allowed;
   DeviceArray<SamplingParams> target_params, draft_params;
+  DeviceArray<std::int32_t> h_offsets, h_tokens, h_counts, b_offsets, b_tokens;
+  DeviceArray<float> b_values;
   DeviceArray<unsigned char> workspace_data;
   cuda::Workspace workspace;
 
@@ -230,6 +275,14 @@ struct DeviceCase {
     if (c.tree) parents.assign(c.parents);
     if (c.reduced) d2t.assign(c.d2t);
     if (c.guided) unconditional.assign(convert<Logit>(c.unconditional));
+    if (c.lists) {
+      h_offsets.assign(c.h_offsets);
+      h_tokens.assign(c.h_tokens);
+      h_counts.assign(c.h_counts);
+      b_offsets.assign(c.b_offsets);
+      b_tokens.assign(c.b_tokens);
+      b_values.assign(c.b_values);
+    }
     const std::size_t slots = std::size_t(c.B) * c.width;
     out_tokens.assign(std::vector<std::int32_t>(slots, 12345));
     nodes.assign(std::vector<std::int32_t>(slots, 12345));
@@ -253,6 +306,14 @@ struct DeviceCase {
       b.guidance_scale = scale.get();
     }
     if (c.masked) b.allowed_tokens = allowed.get();
+    if (c.lists) {
+      b.history_offsets = h_offsets.get();
+      b.history_tokens = h_tokens.get();
+      b.history_counts = h_counts.get();
+      b.bias_offsets = b_offsets.get();
+      b.bias_tokens = b_tokens.get();
+      b.bias_values = b_values.get();
+    }
     return b;
   }
 
@@ -425,6 +486,19 @@ TEST(LogitsCpuMatch, Trees) {
   }
 }
 
+TEST(LogitsCpuMatch, PenaltiesAndBiasPerDraftPosition) {
+  REQUIRE_DEVICE();
+  // Chains and trees, every optional field, a reduced draft vocabulary in one of each.
+  for (std::uint32_t seed = 14; seed <= 17; ++seed) {
+    LogitsCase c(seed, 30, 2500, seed % 2 == 0, seed >= 16, false, seed % 2 == 1, true, true);
+    c.add_lists(seed);
+    every_rule<float>(c, seed);
+  }
+  LogitsCase half(18, 20, 3000, false, false, false, false, true, true);
+  half.add_lists(18);
+  every_rule<__half>(half, 18);
+}
+
 TEST(LogitsCpuMatch, LargeVocabularyBf16) {
   REQUIRE_DEVICE();
   const LogitsCase c(13, 8, 128256, false, false, false, false, false, false);
@@ -538,6 +612,36 @@ TEST(LogitsBadInput, GuidanceAndMaskedRows) {
     const std::size_t row = std::size_t(c.offsets[1] + 1);
     for (std::int32_t v = 0; v < c.V; ++v) c.target[row * c.V + v] = -INFINITY;
     c.first_row[1] = -1;
+  });
+}
+
+TEST(LogitsBadInput, PenaltyAndBiasLists) {
+  REQUIRE_DEVICE();
+  const auto listed = [] {
+    LogitsCase c = small_case();
+    c.add_lists(21);
+    return c;
+  };
+  expect_same_error(listed(), [](LogitsCase& c) { c.h_offsets[0] = 1; });
+  expect_same_error(listed(), [](LogitsCase& c) { c.h_offsets[3] = c.h_offsets[2] - 1; });
+  expect_same_error(listed(), [](LogitsCase& c) { c.h_tokens[c.h_offsets[2] + 1] = c.h_tokens[c.h_offsets[2]]; });
+  expect_same_error(listed(), [](LogitsCase& c) { c.h_tokens[c.h_offsets[4]] = -1; });
+  expect_same_error(listed(), [](LogitsCase& c) { c.h_counts[c.h_offsets[1] + 2] = -3; });
+  expect_same_error(listed(), [](LogitsCase& c) { c.b_tokens[c.b_offsets[3]] = c.V; });
+  expect_same_error(listed(), [](LogitsCase& c) { c.b_values[c.b_offsets[2] + 1] = NAN; });
+  expect_same_error(listed(), [](LogitsCase& c) {  // two tokens biased twice: the lower one is named
+    const std::int32_t o = c.b_offsets[1];
+    c.b_tokens[o + 3] = c.b_tokens[o];
+    c.b_tokens[o + 4] = c.b_tokens[o + 1];
+  });
+  expect_same_error(listed(), [](LogitsCase& c) {  // a history fault in a later sequence than a bias fault
+    c.h_counts[c.h_offsets[4]] = -1;
+    c.b_values[c.b_offsets[1]] = INFINITY;
+  });
+  expect_same_error(listed(), [](LogitsCase& c) {  // a bias that makes a finite logit overflow
+    const std::size_t row = std::size_t(c.offsets[2] + 2) * c.V;
+    c.target[row + c.b_tokens[c.b_offsets[2]]] = 3.0e38f;
+    c.b_values[c.b_offsets[2]] = 3.0e38f;
   });
 }
 

@@ -72,7 +72,6 @@ enum class Check : std::uint8_t {
   bias_twice,         // a: the entry, c: its token, value: the sequence's earlier entry with that token
   bias_value,         // a: the entry, value
   penalised_logit,    // name: the row's kind, a: the row, c: the index, value: after steps 2-3, other: before
-  backend_unsupported,  // name: what the backend cannot do yet, value: the value asking for it
 };
 
 /// The stages of the order above: a lower stage is reported first.

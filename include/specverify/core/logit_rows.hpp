@@ -115,9 +115,26 @@ struct LogitRow {
   const std::int32_t* target_to_draft{};  // [target V], or nullptr: the row is indexed by target ids
   SamplingParams params;
   PenaltyLists lists;                     // what the overlay is built from (core/overlay.hpp)
-  Overlay overlay;                        // built by the backend when the row opens (size 0: none)
+  Overlay overlay;                        // built by the host backend when the row opens (size 0: none)
   mutable std::int32_t overlay_cursor = 0;  // where the last vector read left off (a hint only)
+  // Without an overlay (the device), steps 2-3 read `lists` element by element (core::listed):
+  bool read_lists = false;
+  const std::int32_t* row_to_target{};    // a reduced draft row's target ids [n] (lists hold target ids)
+  const std::uint32_t* may_be_listed{};   // [kListFilterWords], or nullptr: bit i % kListFilterBits set
+                                          //   for every row index i the lists name (others skip the read)
 };
+
+/// The size of a row's list filter (LogitRow::may_be_listed): a few thousand listed tokens leave
+/// most bits clear.
+inline constexpr std::int32_t kListFilterWords = 1024, kListFilterBits = 32 * kListFilterWords;
+
+/// Whether row index i may be named by the row's lists (a filter: false means it is not).
+template <class Logit>
+SPECVERIFY_HD bool may_be_listed(const LogitRow<Logit>& row, std::int32_t i) {
+  if (!row.may_be_listed) return true;
+  const std::int32_t bit = i & (kListFilterBits - 1);
+  return (row.may_be_listed[bit >> 5] >> (bit & 31)) & 1u;
+}
 
 /// What the pre-pass found; every read goes through it. `ok` is false when the pre-pass read a NaN
 /// or +inf logit (or guidance overflowed): nothing else in the view is meaningful then.
@@ -194,6 +211,14 @@ SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t
   if (row.overlay.size) {
     if (const std::int32_t k = row.overlay.find(i); k >= 0) {
       const float x = penalised(r.g, row.overlay, k, row.params);
+      r.valid = r.valid && (finite(x) || !finite(r.g));
+      r.g = x;
+    }
+  } else if (row.read_lists && may_be_listed(row, i)) {
+    float bias, count;
+    bool in;
+    if (listed(row.lists, !penalties_off(row.params), row.row_to_target ? row.row_to_target[i] : i, bias, in, count)) {
+      const float x = penalised(r.g, bias, in, count, row.params);
       r.valid = r.valid && (finite(x) || !finite(r.g));
       r.g = x;
     }

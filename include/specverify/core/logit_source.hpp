@@ -25,6 +25,7 @@ struct LogitSource {
   const SamplingParams* draft_params{};   // nullptr: the target's
   std::int32_t draft_vocab_size = 0;      // the draft rows' length
   const std::int32_t* target_to_draft{};  // [V] inverse of draft_to_target, or nullptr
+  const std::int32_t* draft_to_target{};  // [draft_vocab_size] with a reduced draft vocabulary, or nullptr
   const Logit* unconditional{};
   std::int64_t unconditional_stride = 0;
   const std::int64_t* unconditional_first_row{};
@@ -59,6 +60,7 @@ struct LogitSource {
             batch.draft_params,
             dv,
             target_to_draft,
+            target_to_draft ? batch.draft_to_target : nullptr,
             batch.unconditional_logits,
             batch.unconditional_stride ? batch.unconditional_stride : v,
             batch.unconditional_first_row,
@@ -101,7 +103,7 @@ struct LogitSource {
       const std::int32_t o = bias_offsets[b];
       l.bias_tokens = bias_tokens + o;
       l.bias_values = bias_values + o;
-      l.bias_order = bias_order + o;
+      l.bias_order = bias_order ? bias_order + o : nullptr;
       l.bias_size = bias_offsets[b + 1] - o;
     }
     return l;
@@ -129,6 +131,7 @@ struct LogitSource {
     r.logits = draft + row * draft_stride;
     r.n = draft_vocab_size;
     r.target_to_draft = target_to_draft;
+    r.row_to_target = draft_to_target;
     r.params = draft_params ? draft_params[b] : target_params[b];
     r.lists = lists(b, row, false);
     return r;

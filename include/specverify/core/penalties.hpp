@@ -68,6 +68,48 @@ SPECVERIFY_HD inline float penalised(float g, float bias, bool in, float count, 
   return x - fused(params.frequency_penalty, count, presence);
 }
 
+/// What steps 2-3 do to token v, read from the lists themselves (no overlay built): a device
+/// block's way, element by element (binary search of the history, the path walked, the bias list
+/// searched). The same bias, in and count as the overlay's entry for v; false where v has none.
+SPECVERIFY_HD inline bool listed(const PenaltyLists& lists, bool penalise, std::int32_t v, float& bias, bool& in,
+                                 float& count) {
+  std::int64_t c = 0;
+  in = false;
+  if (penalise) {
+    std::int32_t lo = 0, hi = lists.history_size;
+    while (lo < hi) {
+      const std::int32_t mid = lo + (hi - lo) / 2;
+      if (lists.history_tokens[mid] < v) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo < lists.history_size && lists.history_tokens[lo] == v) {
+      c = lists.history_counts[lo];
+      in = true;
+    }
+    std::int32_t drafted = 0;
+    if (lists.parents) {
+      for (std::int32_t node = lists.path_end - 1; node >= 0; node = lists.parents[node]) drafted += lists.drafts[node] == v;
+    } else {
+      for (std::int32_t j = 0; j < lists.path_end; ++j) drafted += lists.drafts[j] == v;
+    }
+    c += drafted;
+    in = in || drafted > 0;
+  }
+  bool biased = false;
+  bias = 0.0f;
+  for (std::int32_t k = 0; lists.bias_tokens && k < lists.bias_size && !biased; ++k) {
+    if (lists.bias_tokens[k] == v) {
+      bias = lists.bias_values[k];
+      biased = true;
+    }
+  }
+  count = static_cast<float>(c);
+  return in || biased;
+}
+
 /// Steps 2-3 of the overlay's entry k on the value g that step 1 gave.
 SPECVERIFY_HD inline float penalised(float g, const Overlay& overlay, std::int32_t k, const SamplingParams& params) {
   return penalised(g, overlay.bias[k], overlay.in[k] != 0.0f, overlay.count[k], params);

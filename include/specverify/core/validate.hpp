@@ -122,9 +122,6 @@ inline std::string message(const Finding& f) {
       m << "bias and penalties give " << f.value << " at index " << f.c << " of " << name << " " << f.a
         << " (logit " << f.other << ": a finite logit must stay finite)";
       break;
-    case Check::backend_unsupported:
-      m << name << " = " << f.value << " asks for penalties, which this backend does not support yet";
-      break;
     case Check::guidance_overflow:
       m << "unconditional_first_row = " << f.a << " with its rows at unconditional_stride = " << f.c
         << " overflows the address range";

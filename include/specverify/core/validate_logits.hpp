@@ -147,75 +147,92 @@ SPECVERIFY_HD void name_guidance_fault(Finding& finding, const Fault& f, std::in
   finding.other = row.guidance_scale;
 }
 
-/// A ragged list's offsets [B+1]: start at 0, never decrease; its arrays non-null where it holds
-/// entries. Returns the list's total.
-inline std::int32_t check_list_offsets(const char* name, const std::int32_t* offsets, std::int32_t B,
-                                       std::initializer_list<std::pair<const char*, const void*>> arrays) {
-  if (offsets[0] != 0) raise(batch_finding(Check::offsets_start, Stage::penalties).named(name).ints(offsets[0]));
-  for (std::int32_t b = 0; b < B; ++b) {
-    if (offsets[b + 1] < offsets[b]) {
-      raise(sequence_finding(Check::offsets_decrease, Stage::penalties, b).named(name).ints(offsets[b], offsets[b + 1]));
-    }
+/// What sequence b reports of a ragged list's offsets [B+1] (sequence 0 the batch's own facts:
+/// they start at 0, and its arrays are non-null where it holds entries): they do not decrease at b.
+SPECVERIFY_HD inline Finding list_offsets_finding(const char* name, const std::int32_t* offsets, std::int32_t B,
+                                                  std::int32_t b, const char* first_name, const void* first,
+                                                  const char* second_name, const void* second) {
+  if (b == 0) {
+    if (offsets[0] != 0) return batch_finding(Check::offsets_start, Stage::penalties).named(name).ints(offsets[0]);
+    if (offsets[B] > 0 && !first) return batch_finding(Check::null_pointer, Stage::penalties).named(first_name);
+    if (offsets[B] > 0 && !second) return batch_finding(Check::null_pointer, Stage::penalties).named(second_name);
   }
-  if (offsets[B] > 0) {
-    for (const auto& [array, pointer] : arrays) {
-      if (!pointer) raise(batch_finding(Check::null_pointer, Stage::penalties).named(array));
-    }
+  if (offsets[b + 1] < offsets[b]) {
+    return sequence_finding(Check::offsets_decrease, Stage::penalties, b).named(name).ints(offsets[b], offsets[b + 1]);
   }
-  return offsets[B];
+  return {};
 }
 
-/// The history and bias lists of every sequence (API.md: ascending unique history, counts >= 0,
-/// tokens in [0, V), unique bias tokens, finite bias values). `bias_order` receives each
-/// sequence's bias entries (sequence-local indices) in increasing token order.
+/// Sequence b's history and bias lists (API.md): history tokens in [0, V), ascending (so unique),
+/// counts >= 0; bias tokens in [0, V) with finite values. The first fault in entry order, the
+/// history's before the bias's; a bias token entered twice is bias_twice's to find. Host and
+/// device alike: a backend reports sequence by sequence, so the lowest sequence's fault wins.
 template <class Batch>
-void check_penalty_lists(const Batch& batch, std::vector<std::int32_t>& bias_order) {
+SPECVERIFY_HD Finding penalty_lists_finding(const Batch& batch, std::int32_t b) {
   const std::int32_t B = batch.batch_size;
-  const auto token_finding = [&](const char* name, std::int32_t b, std::int32_t e, std::int32_t v) {
+  const auto token = [&](const char* name, std::int32_t e, std::int32_t v) {
     return sequence_finding(Check::list_token, Stage::penalties, b).named(name).ints(e, v).of(batch.vocab_size);
   };
-  if (batch.history_offsets) {
-    check_list_offsets("history_offsets", batch.history_offsets, B,
-                       {{"history_tokens", batch.history_tokens}, {"history_counts", batch.history_counts}});
-    for (std::int32_t b = 0; b < B; ++b) {
-      for (std::int32_t e = batch.history_offsets[b]; e < batch.history_offsets[b + 1]; ++e) {
-        const std::int32_t v = batch.history_tokens[e];
-        if (v < 0 || v >= batch.vocab_size) raise(token_finding("history_tokens", b, e, v));
-        if (e > batch.history_offsets[b] && v <= batch.history_tokens[e - 1]) {
-          raise(sequence_finding(Check::history_order, Stage::penalties, b).ints(e, v).of(batch.history_tokens[e - 1]));
-        }
-        if (batch.history_counts[e] < 0) {
-          raise(sequence_finding(Check::history_count, Stage::penalties, b).ints(e, batch.history_counts[e]));
-        }
+  if (const std::int32_t* o = batch.history_offsets) {
+    if (Finding f = list_offsets_finding("history_offsets", o, B, b, "history_tokens", batch.history_tokens,
+                                         "history_counts", batch.history_counts)) {
+      return f;
+    }
+    for (std::int32_t e = o[b]; e >= 0 && e < o[b + 1] && batch.history_tokens && batch.history_counts; ++e) {
+      const std::int32_t v = batch.history_tokens[e];
+      if (v < 0 || v >= batch.vocab_size) return token("history_tokens", e, v);
+      if (e > o[b] && v <= batch.history_tokens[e - 1]) {
+        return sequence_finding(Check::history_order, Stage::penalties, b).ints(e, v).of(batch.history_tokens[e - 1]);
+      }
+      if (batch.history_counts[e] < 0) {
+        return sequence_finding(Check::history_count, Stage::penalties, b).ints(e, batch.history_counts[e]);
       }
     }
   }
-  bias_order.clear();
-  if (!batch.bias_offsets) return;
-  const std::int32_t total = check_list_offsets("bias_offsets", batch.bias_offsets, B,
-                                                {{"bias_tokens", batch.bias_tokens}, {"bias_values", batch.bias_values}});
-  bias_order.resize(static_cast<std::size_t>(total));
-  for (std::int32_t b = 0; b < B; ++b) {
-    const std::int32_t first = batch.bias_offsets[b], size = batch.bias_offsets[b + 1] - first;
-    const std::int32_t* tokens = batch.bias_tokens + first;
-    for (std::int32_t k = 0; k < size; ++k) {
-      const std::int32_t v = tokens[k];
-      if (v < 0 || v >= batch.vocab_size) raise(token_finding("bias_tokens", b, first + k, v));
-      if (!std::isfinite(batch.bias_values[first + k])) {
-        raise(sequence_finding(Check::bias_value, Stage::penalties, b).ints(first + k).of(batch.bias_values[first + k]));
+  if (const std::int32_t* o = batch.bias_offsets) {
+    if (Finding f = list_offsets_finding("bias_offsets", o, B, b, "bias_tokens", batch.bias_tokens, "bias_values",
+                                         batch.bias_values)) {
+      return f;
+    }
+    for (std::int32_t e = o[b]; e >= 0 && e < o[b + 1] && batch.bias_tokens && batch.bias_values; ++e) {
+      const std::int32_t v = batch.bias_tokens[e];
+      if (v < 0 || v >= batch.vocab_size) return token("bias_tokens", e, v);
+      if (!finite(batch.bias_values[e])) {
+        return sequence_finding(Check::bias_value, Stage::penalties, b).ints(e).of(batch.bias_values[e]);
       }
     }
-    std::int32_t* order = bias_order.data() + first;
-    for (std::int32_t k = 0; k < size; ++k) order[k] = k;
-    // Token order, ties by entry: the later entry of a repeated token is the one named.
+  }
+  return {};
+}
+
+/// A bias token entered twice in sequence b, named as both backends name it: the lowest such
+/// token, its second entry, and the first (entries are batch indices).
+SPECVERIFY_HD inline Finding bias_twice_finding(std::int32_t b, std::int32_t token, std::int32_t second,
+                                                std::int32_t first) {
+  return sequence_finding(Check::bias_twice, Stage::penalties, b).ints(second, token).of(first);
+}
+
+/// The history and bias lists of every sequence, in sequence order (penalty_lists_finding, then a
+/// token biased twice). `bias_order` receives each sequence's bias entries (sequence-local
+/// indices) in increasing token order, for the overlays.
+template <class Batch>
+void check_penalty_lists(const Batch& batch, std::vector<std::int32_t>& bias_order) {
+  bias_order.clear();
+  for (std::int32_t b = 0; b < batch.batch_size; ++b) {
+    raise_if(penalty_lists_finding(batch, b));
+    if (!batch.bias_offsets) continue;
+    const std::int32_t first = batch.bias_offsets[b], size = batch.bias_offsets[b + 1] - first;
+    const std::int32_t* tokens = batch.bias_tokens + first;
+    const std::size_t at = bias_order.size();
+    for (std::int32_t k = 0; k < size; ++k) bias_order.push_back(k);
+    std::int32_t* order = bias_order.data() + at;
+    // Token order, ties by entry: the first repeated pair is the lowest token's first two entries.
     std::sort(order, order + size, [&](std::int32_t x, std::int32_t y) {
       return tokens[x] != tokens[y] ? tokens[x] < tokens[y] : x < y;
     });
     for (std::int32_t k = 1; k < size; ++k) {
       if (tokens[order[k]] == tokens[order[k - 1]]) {
-        raise(sequence_finding(Check::bias_twice, Stage::penalties, b)
-                  .ints(first + order[k], tokens[order[k]])
-                  .of(first + order[k - 1]));
+        raise(bias_twice_finding(b, tokens[order[k]], first + order[k], first + order[k - 1]));
       }
     }
   }
@@ -224,15 +241,16 @@ void check_penalty_lists(const Batch& batch, std::vector<std::int32_t>& bias_ord
 /// A bad logit the naming found where the inputs are fine but steps 2-3 (bias, penalties) made a
 /// finite value infinite: the value after them and the one before are named.
 template <class Source>
-void name_penalty_fault(Finding& finding, const Fault& f, std::int32_t b, const Source& source) {
+SPECVERIFY_HD void name_penalty_fault(Finding& finding, const Fault& f, std::int32_t b, const Source& source) {
   if (f.kind != FaultKind::bad_value || f.column < 0 || finding.check != Check::logit_value) return;
-  auto row = f.target_row >= 0 ? source.target_row(b, f.target_row) : source.draft_row(b, f.draft_row);
-  OverlayRoom room;
-  room.build(row);
+  const auto row = f.target_row >= 0 ? source.target_row(b, f.target_row) : source.draft_row(b, f.draft_row);
   const Processed before = guided_logit(row, f.column);
-  const std::int32_t k = row.overlay.find(f.column);
-  if (k < 0 || !before.valid || !finite(before.g)) return;
-  const float after = penalised(before.g, row.overlay, k, row.params);
+  float bias, count;
+  bool in;
+  const std::int32_t v = row.row_to_target ? row.row_to_target[f.column] : f.column;
+  if (!listed(row.lists, !penalties_off(row.params), v, bias, in, count)) return;
+  if (!before.valid || !finite(before.g)) return;
+  const float after = penalised(before.g, bias, in, count, row.params);
   if (finite(after)) return;
   finding.check = Check::penalised_logit;
   finding.value = after;

@@ -22,6 +22,8 @@
 //
 // The view is core::LogitView, so the shared per-element functions (core::probability, ...) read
 // it; kept sets are never listed on the device (listed = -1): a block reads the whole row as fast.
+// Penalties and bias: no overlay is built; every element looks itself up in the lists
+// (core::listed) where a filter of the listed row indices in shared memory says it may be there.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -107,6 +109,9 @@ class BlockLogitRows {
       int histogram[kBins];
       double chunks[core::kMaxChunks];  // a draw's chunk sums, then the mass before each chunk
     } work;
+    // Two rows' list filters (LogitRow::may_be_listed), taken in turn by open(): a view reads its
+    // own until the second open() after it, as the walk's views live.
+    std::uint32_t filters[2][core::kListFilterWords];
     struct {
       double sum;
       double best_key;
@@ -124,8 +129,9 @@ class BlockLogitRows {
   /// the same in every thread. Parameters must have passed check_sampling_params. view.ok is
   /// false when a NaN or +inf logit was read (or guidance overflowed); view.has_mass() is false
   /// when every token is masked.
-  __device__ View open(const core::LogitRow<Logit>& row) {
+  __device__ View open(const core::LogitRow<Logit>& raw) {
     View view;
+    const core::LogitRow<Logit> row = with_lists(raw);
     view.row = row;
     view.listed = -1;
     const SamplingParams& params = row.params;
@@ -280,9 +286,11 @@ class BlockLogitRows {
     return {s_.slot.index, true};
   }
 
-  /// The lowest row index whose inputs are invalid (NaN or +inf logit, guidance overflow), or -1;
-  /// names a fault's value.
-  __device__ std::int32_t first_invalid(const core::LogitRow<Logit>& row) {
+  /// The lowest row index whose inputs are invalid (NaN or +inf logit, guidance overflow, a finite
+  /// logit bias and penalties made infinite), or -1; names a fault's value.
+  __device__ std::int32_t first_invalid(const core::LogitRow<Logit>& raw) {
+    core::LogitRow<Logit> row = raw;
+    row.read_lists = true;  // every element looks itself up: a fault's path needs no filter
     int first = INT_MAX;
     for (std::int32_t i = threadIdx.x; i < row.n && first == INT_MAX; i += kThreads) {
       if (!core::processed_logit(row, i).valid) first = i;
@@ -325,6 +333,45 @@ class BlockLogitRows {
     if (threadIdx.x == 0) s_.slot.bits = v;
     __syncthreads();
     return s_.slot.bits;
+  }
+
+  // ---------------------------------------------------------------- penalties and bias
+
+  /// `row` reading its penalty and bias lists element by element (core::listed), through a filter
+  /// of the row indices they name built in shared memory; unchanged where the lists change nothing.
+  __device__ core::LogitRow<Logit> with_lists(core::LogitRow<Logit> row) {
+    const core::PenaltyLists& l = row.lists;
+    const bool penalise = !penalties_off(row.params) && (l.history_size > 0 || l.path_end > 0);
+    const bool biased = l.bias_tokens && l.bias_size > 0;
+    if (!penalise && !biased) return row;
+    std::uint32_t* filter = s_.filters[filter_];
+    filter_ ^= 1;
+    __syncthreads();  // the filter's last row is no longer read (its view is two opens old)
+    for (int w = threadIdx.x; w < core::kListFilterWords; w += kThreads) filter[w] = 0u;
+    __syncthreads();
+    const auto mark = [&](std::int32_t v) {
+      const std::int32_t i = row.target_to_draft ? row.target_to_draft[v] : v;
+      if (i < 0) return;  // outside a reduced draft vocabulary
+      const std::int32_t bit = i & (core::kListFilterBits - 1);
+      atomicOr(filter + (bit >> 5), 1u << (bit & 31));
+    };
+    if (penalise) {
+      for (std::int32_t k = threadIdx.x; k < l.history_size; k += kThreads) mark(l.history_tokens[k]);
+      if (l.parents) {
+        if (threadIdx.x == 0) {
+          for (std::int32_t node = l.path_end - 1; node >= 0; node = l.parents[node]) mark(l.drafts[node]);
+        }
+      } else {
+        for (std::int32_t j = threadIdx.x; j < l.path_end; j += kThreads) mark(l.drafts[j]);
+      }
+    }
+    if (biased) {
+      for (std::int32_t k = threadIdx.x; k < l.bias_size; k += kThreads) mark(l.bias_tokens[k]);
+    }
+    __syncthreads();
+    row.read_lists = true;
+    row.may_be_listed = filter;
+    return row;
   }
 
   // ---------------------------------------------------------------- the pre-pass's thresholds
@@ -537,6 +584,7 @@ class BlockLogitRows {
 
   Shared& s_;
   core::FixedSiblings<64> siblings_;
+  int filter_ = 0;  // the list filter the next open() takes
 };
 
 }  // namespace specverify::cuda

@@ -18,6 +18,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -104,18 +105,6 @@ __device__ core::Finding check_logit_inputs(const Batch& batch, std::int64_t dra
       walkable = false;
       return core::detail::params_finding(problem, draft != 0, b);
     }
-    // Penalties count the drafts on the path even without a history: this backend has no
-    // overlay yet (the CPU backend does), so it refuses them rather than skip them.
-    if (!penalties_off(params)) {
-      walkable = false;
-      const bool repetition = params.repetition_penalty != 1.0f, presence = params.presence_penalty != 0.0f;
-      const Problem problem{repetition ? "repetition_penalty" : presence ? "presence_penalty" : "frequency_penalty",
-                            repetition ? params.repetition_penalty
-                                       : presence ? params.presence_penalty : params.frequency_penalty};
-      core::Finding f = core::detail::params_finding(problem, draft != 0, b);
-      f.check = core::Check::backend_unsupported;
-      return f;
-    }
   }
   if (core::Finding f = core::detail::check_draft_rows(batch, draft_rows)) {
     walkable = false;
@@ -136,7 +125,37 @@ __device__ core::Finding check_logit_inputs(const Batch& batch, std::int64_t dra
       return f;
     }
   }
+  if (core::Finding f = core::detail::penalty_lists_finding(batch, b)) {
+    walkable = false;
+    return f;
+  }
+  if (b != 0 && core::detail::penalty_lists_finding(batch, 0)) walkable = false;  // sequence 0 reports the lists' own facts
   return {};
+}
+
+/// Sequence b's lowest bias token entered twice, named as the CPU names it: threads split the
+/// entries (each compared with those before it), a block minimum picks the token.
+template <class Rows, class Batch>
+__device__ core::Finding bias_twice(Rows& rows, const Batch& batch, std::int32_t b) {
+  if (!batch.bias_offsets) return {};
+  const std::int32_t first = batch.bias_offsets[b], size = batch.bias_offsets[b + 1] - first;
+  const std::int32_t* tokens = batch.bias_tokens + first;
+  int lowest = INT_MAX;
+  for (std::int32_t k = threadIdx.x; k < size; k += blockDim.x) {
+    for (std::int32_t j = 0; j < k; ++j) {
+      if (tokens[j] == tokens[k]) {
+        lowest = tokens[k] < lowest ? tokens[k] : lowest;
+        break;
+      }
+    }
+  }
+  lowest = rows.min(lowest);
+  if (lowest == INT_MAX) return {};
+  std::int32_t entries[2] = {-1, -1}, found = 0;
+  for (std::int32_t k = 0; k < size && found < 2; ++k) {
+    if (tokens[k] == lowest) entries[found++] = k;
+  }
+  return core::detail::bias_twice_finding(b, lowest, first + entries[1], first + entries[0]);
 }
 
 template <class Logit>
@@ -168,6 +187,10 @@ __global__ void __launch_bounds__(kThreads)
   bool walkable = false;
   core::Finding finding = core::check_sequence(rule, shape, r, row_width, b, items, walkable);
   if (walkable) finding = check_logit_inputs(batch, draft_rows(batch), b, state, walkable);
+  if (walkable) {
+    finding = bias_twice(rows, batch, b);
+    walkable = !finding;
+  }
   core::WalkResult result;
   if (walkable) {
     const auto source = core::LogitSource<Logit>::of(batch, Checks::offsets(shape), target_to_draft);
@@ -183,6 +206,7 @@ __global__ void __launch_bounds__(kThreads)
       });
       finding = core::detail::logits_fault_finding(result.fault, b, Checks::kItem);
       core::detail::name_guidance_fault(finding, result.fault, b, source);
+      core::detail::name_penalty_fault(finding, result.fault, b, source);
     }
   }
   if (threadIdx.x != 0) return;
@@ -210,9 +234,6 @@ void check_logits_shape(const Batch& batch) {
   if (batch.draft_vocab_size > 0 && !batch.draft_to_target) {
     reject("draft_to_target is null (draft_vocab_size = ", batch.draft_vocab_size, ")");
   }
-  // No overlay on this backend yet: penalty and bias lists are refused, never ignored.
-  if (batch.history_offsets) reject("history_offsets is given, but the CUDA backend does not support penalties yet");
-  if (batch.bias_offsets) reject("bias_offsets is given, but the CUDA backend does not support logit bias yet");
   if (batch.unconditional_logits) {
     if (!batch.unconditional_first_row) reject("unconditional_first_row is null (guidance rows are given)");
     if (!batch.guidance_scale) reject("guidance_scale is null (guidance rows are given)");
