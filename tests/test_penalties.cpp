@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "specverify/specverify.hpp"
+#include "penalty_lists.hpp"
 #include "support.hpp"
 
 namespace specverify {
@@ -336,15 +337,14 @@ struct Extras {
 
 /// B sequences with random rows over V, histories, drafts and bias; verified once with the lists
 /// and once with rows penalised densely beforehand (and neutral penalties): the same bits.
-struct DenseCase {
+struct DenseCase : testing::PenaltyListArrays {
   std::int32_t B = 6, K = 4, V = 300;
   Extras extras;
   std::vector<std::int32_t> parents;  // trees: per sequence the same shape; empty: chains
   std::vector<float> target, draft, target_dense, draft_dense, unconditional, scales;
-  std::vector<std::int32_t> offsets, tokens, h_offsets{0}, h_tokens, h_counts, b_offsets{0}, b_tokens, draft_to_target;
+  std::vector<std::int32_t> offsets, tokens, draft_to_target;
   std::vector<std::int64_t> first_unconditional;
   std::vector<std::uint32_t> allowed;
-  std::vector<float> b_values;
   std::vector<SamplingParams> tp, dp, tp_neutral, dp_neutral;
 
   DenseCase(std::uint64_t seed, bool tree, SamplingParams base, Extras extra = {}) : V(extra.V), extras(extra) {
@@ -377,7 +377,6 @@ struct DenseCase {
       history_lists(ctx, ht, hc);
       h_tokens.insert(h_tokens.end(), ht.begin(), ht.end());
       h_counts.insert(h_counts.end(), hc.begin(), hc.end());
-      h_offsets.push_back(static_cast<std::int32_t>(h_tokens.size()));
       std::map<std::int32_t, float> bias;
       for (std::int32_t i = 0; i < 12; ++i) bias[token(rng)] = 6.0f * unit(rng) - 3.0f;
       // Extremes: tokens outside every list (no history, path or bias), above the drafts' range.
@@ -394,7 +393,7 @@ struct DenseCase {
       }
       std::shuffle(b_tokens.end() - std::int64_t(bias.size()), b_tokens.end(), rng);
       for (std::size_t i = b_tokens.size() - bias.size(); i < b_tokens.size(); ++i) b_values[i] = bias[b_tokens[i]];
-      b_offsets.push_back(static_cast<std::int32_t>(b_tokens.size()));
+      end_sequence();
       std::vector<std::int32_t> drafts;
       for (std::int32_t i = 0; i < K; ++i) drafts.push_back(extras.reduced ? 2 * (token(rng) % 25) : token(rng) % 50);
       tokens.insert(tokens.end(), drafts.begin(), drafts.end());
@@ -474,14 +473,7 @@ struct DenseCase {
       batch.draft_vocab_size = V / 2;
       batch.draft_to_target = draft_to_target.data();
     }
-    if (lists) {
-      batch.history_offsets = h_offsets.data();
-      batch.history_tokens = h_tokens.data();
-      batch.history_counts = h_counts.data();
-      batch.bias_offsets = b_offsets.data();
-      batch.bias_tokens = b_tokens.data();
-      batch.bias_values = b_values.data();
-    }
+    if (lists) attach(batch);
   }
 };
 

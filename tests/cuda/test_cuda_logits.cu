@@ -17,6 +17,7 @@
 
 #include "specverify/cuda.cuh"
 #include "specverify/cuda/verify_logits.cuh"
+#include "penalty_lists.hpp"
 #include "typical_acceptance.hpp"
 
 namespace specverify {
@@ -114,7 +115,7 @@ std::vector<SamplingParams> parameter_grid() {
 }
 
 /// A random batch of logits chains (or trees) with every optional field, in host memory.
-struct LogitsCase {
+struct LogitsCase : testing::PenaltyListArrays {
   std::int32_t B = 0, V = 0, draft_v = 0, width = 0;
   bool tree = false, one_hot = false, reduced = false, guided = false, masked = false;
   std::vector<std::int32_t> offsets, parents, tokens, d2t;
@@ -124,16 +125,12 @@ struct LogitsCase {
   std::vector<SamplingParams> target_params, draft_params;
   std::vector<float> scores, accept_probs;
   bool lists = false;
-  std::vector<std::int32_t> h_offsets, h_tokens, h_counts, b_offsets, b_tokens;
-  std::vector<float> b_values;
 
   /// Penalties (the target's and the drafter's own) with a history per sequence (about V / 10
   /// tokens, the drafts among them, counts 0 .. 3) and a bias list (in no order), for every row.
   void add_lists(std::uint32_t seed) {
     std::mt19937 rng(seed * 7919u);
     lists = true;
-    h_offsets.assign(1, 0);
-    b_offsets.assign(1, 0);
     for (std::int32_t b = 0; b < B; ++b) {
       for (std::int32_t v = 0; v < V; ++v) {
         const bool drafted = std::find(tokens.begin() + offsets[b], tokens.begin() + offsets[b + 1], v) !=
@@ -142,14 +139,13 @@ struct LogitsCase {
         h_tokens.push_back(v);
         h_counts.push_back(std::int32_t(rng() % 4));
       }
-      h_offsets.push_back(std::int32_t(h_tokens.size()));
       for (std::int32_t k = 0; k < 8; ++k) {
         const std::int32_t v = std::int32_t(rng() % V);
         if (std::find(b_tokens.begin() + b_offsets.back(), b_tokens.end(), v) != b_tokens.end()) continue;
         b_tokens.push_back(v);
         b_values.push_back(std::uniform_real_distribution<float>(-4.0f, 4.0f)(rng));
       }
-      b_offsets.push_back(std::int32_t(b_tokens.size()));
+      end_sequence();
       target_params[b].repetition_penalty = 1.0f + 0.1f * float(b % 5);
       target_params[b].presence_penalty = 0.25f * float(b % 3);
       target_params[b].frequency_penalty = 0.2f;
@@ -243,14 +239,7 @@ struct LogitsCase {
       batch.guidance_scale = scale.data();
     }
     if (masked) batch.allowed_tokens = allowed.data();
-    if (lists) {
-      batch.history_offsets = h_offsets.data();
-      batch.history_tokens = h_tokens.data();
-      batch.history_counts = h_counts.data();
-      batch.bias_offsets = b_offsets.data();
-      batch.bias_tokens = b_tokens.data();
-      batch.bias_values = b_values.data();
-    }
+    if (lists) attach(batch);
   }
 };
 

@@ -11,6 +11,8 @@
 
 #include <typical_acceptance.hpp>
 
+#include "penalty_lists.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -89,10 +91,7 @@ struct Shape {
 
 /// Penalty and bias lists (API.md, per draft position): per sequence a history of about V / 8
 /// tokens (counts 0 .. 3, the drafts' region included) and up to 5 biased tokens in no order.
-struct Lists {
-  std::vector<std::int32_t> h_offsets{0}, h_tokens, h_counts, b_offsets{0}, b_tokens;
-  std::vector<float> b_values;
-
+struct Lists : sv::testing::PenaltyListArrays {
   Lists(std::int32_t B, std::int32_t V, std::uint64_t key) {
     for (std::int32_t b = 0; b < B; ++b) {
       for (std::int32_t v = 0; v < V; ++v) {
@@ -101,25 +100,14 @@ struct Lists {
         h_tokens.push_back(v);
         h_counts.push_back(static_cast<std::int32_t>((r >> 8) % 4u));
       }
-      h_offsets.push_back(static_cast<std::int32_t>(h_tokens.size()));
       for (std::int32_t k = 0; k < 5 && k < V; ++k) {
         const auto v = static_cast<std::int32_t>((std::uint64_t(V) - 1u - std::uint64_t(k) * 7u % std::uint64_t(V)) % std::uint64_t(V));
         if (std::find(b_tokens.begin() + b_offsets.back(), b_tokens.end(), v) != b_tokens.end()) continue;
         b_tokens.push_back(v);
         b_values.push_back(static_cast<float>(static_cast<std::int32_t>(mix(key + std::uint64_t(k)) % 64u) - 32) / 8.0f);
       }
-      b_offsets.push_back(static_cast<std::int32_t>(b_tokens.size()));
+      end_sequence();
     }
-  }
-
-  template <class Batch>
-  void attach(Batch& batch) const {
-    batch.history_offsets = h_offsets.data();
-    batch.history_tokens = h_tokens.data();
-    batch.history_counts = h_counts.data();
-    batch.bias_offsets = b_offsets.data();
-    batch.bias_tokens = b_tokens.data();
-    batch.bias_values = b_values.data();
   }
 };
 
@@ -469,6 +457,26 @@ void hash_residuals(Hash& h, Rows& rows, const View& p, const View& q, std::int3
   }
 }
 
+/// A target and a draft row of logits p and q opened with what the rows carry (parameters,
+/// lists): their views' sums and every statistic, draw and residual over them.
+void hash_rows(const std::string& name, const std::vector<float>& p, const std::vector<float>& q, std::int32_t V,
+               sv::core::LogitRow<float> target_row, sv::core::LogitRow<float> draft_row) {
+  Hash h;
+  sv::cpu::OpenedLogitRows<> rows(V, V);
+  target_row.logits = p.data();
+  draft_row.logits = q.data();
+  target_row.n = draft_row.n = V;
+  const auto pv = rows.open(target_row);
+  const auto qv = rows.open(draft_row);
+  h.bytes(&pv.norm, sizeof pv.norm);
+  h.bytes(&qv.norm, sizeof qv.norm);
+  h.bytes(&pv.threshold, sizeof pv.threshold);
+  h.bytes(&pv.argmax, sizeof pv.argmax);
+  hash_statistics(h, rows, pv, qv, V);
+  hash_residuals(h, rows, pv, qv, V);
+  print(name, h);
+}
+
 void statistics(std::int32_t V) {
   std::vector<float> p(std::size_t(V) * 2), q(std::size_t(V) * 2);
   probability_row(61u, V, p.data());
@@ -484,33 +492,17 @@ void statistics(std::int32_t V) {
   logit_row(64u, V, q.data());
   for (const sv::SamplingParams params : {sv::SamplingParams{0.8f, 0, 1.0f, 0.0f}, sv::SamplingParams{1.0f, 0, 0.9f, 0.0f},
                                           sv::SamplingParams{1.0f, 3000, 1.0f, 0.01f}}) {
-    Hash h;
-    sv::cpu::OpenedLogitRows<> rows(V, V);
     sv::core::LogitRow<float> target_row, draft_row;
-    target_row.logits = p.data();
-    draft_row.logits = q.data();
-    target_row.n = draft_row.n = V;
     target_row.params = draft_row.params = params;
-    const auto pv = rows.open(target_row);
-    const auto qv = rows.open(draft_row);
-    h.bytes(&pv.norm, sizeof pv.norm);
-    h.bytes(&qv.norm, sizeof qv.norm);
-    h.bytes(&pv.threshold, sizeof pv.threshold);
-    hash_statistics(h, rows, pv, qv, V);
-    hash_residuals(h, rows, pv, qv, V);
-    print("logits statistics V" + std::to_string(V) + " top_p " + std::to_string(params.top_p), h);
+    hash_rows("logits statistics V" + std::to_string(V) + " top_p " + std::to_string(params.top_p), p, q, V,
+              target_row, draft_row);
   }
   {  // a row with penalties and bias: the overlay's tokens in every statistic and draw
     const Lists lists(1, V, 77u);
     std::vector<std::int32_t> order(lists.b_tokens.size());
     for (std::size_t k = 0; k < order.size(); ++k) order[k] = static_cast<std::int32_t>(k);
     std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return lists.b_tokens[std::size_t(a)] < lists.b_tokens[std::size_t(b)]; });
-    Hash h;
-    sv::cpu::OpenedLogitRows<> rows(V, V);
     sv::core::LogitRow<float> target_row, draft_row;
-    target_row.logits = p.data();
-    draft_row.logits = q.data();
-    target_row.n = draft_row.n = V;
     target_row.params = penalised(sv::SamplingParams{0.9f, 0, 1.0f, 0.0f}, false);
     draft_row.params = penalised(sv::SamplingParams{0.9f, 0, 1.0f, 0.0f}, true);
     for (sv::core::LogitRow<float>* row : {&target_row, &draft_row}) {
@@ -522,14 +514,7 @@ void statistics(std::int32_t V) {
     target_row.lists.bias_values = lists.b_values.data();
     target_row.lists.bias_order = order.data();
     target_row.lists.bias_size = lists.b_offsets[1];
-    const auto pv = rows.open(target_row);
-    const auto qv = rows.open(draft_row);
-    h.bytes(&pv.norm, sizeof pv.norm);
-    h.bytes(&qv.norm, sizeof qv.norm);
-    h.bytes(&pv.argmax, sizeof pv.argmax);
-    hash_statistics(h, rows, pv, qv, V);
-    hash_residuals(h, rows, pv, qv, V);
-    print("logits statistics penalised V" + std::to_string(V), h);
+    hash_rows("logits statistics penalised V" + std::to_string(V), p, q, V, target_row, draft_row);
   }
 }
 

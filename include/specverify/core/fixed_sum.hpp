@@ -50,14 +50,11 @@ SPECVERIFY_HD inline std::int64_t wrapping_add(std::int64_t a, std::int64_t b) {
 struct FixedSum {
   std::int64_t hi = 0;  // units of 2^-40
   std::int64_t lo = 0;  // units of 2^-80
-  bool exact = true;    // false once a term was NaN, infinite or outside the domain (then not added)
 
-  /// Adds round(t 2^80) 2^-80.
+  /// Adds round(t 2^80) 2^-80. A term outside the domain (NaN, infinite, too large: a row its
+  /// caller refuses) is not added, as its conversion to an integer would be undefined.
   SPECVERIFY_HD void add(double t) {
-    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) {
-      exact = false;
-      return;
-    }
+    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) return;
     const double s = t * kFixedHalfScale;
     const double h = round_magic(s);
     hi = wrapping_add(hi, static_cast<std::int64_t>(h));
@@ -69,10 +66,7 @@ struct FixedSum {
   /// row's normaliser and kept masses: every weight is at most 1 and the max weighs exactly 1),
   /// where n terms' roundings, n 2^-41, are far below float precision. The same in any order.
   SPECVERIFY_HD void add_coarse(double t) {
-    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) {
-      exact = false;
-      return;
-    }
+    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) return;
     hi = wrapping_add(hi, static_cast<std::int64_t>(round_magic(t * kFixedHalfScale)));
   }
 
@@ -84,7 +78,6 @@ struct FixedSum {
     } else {
       one.add(t);
     }
-    exact = exact && one.exact;
     const auto times_u = static_cast<std::uint64_t>(times);
     add_units(static_cast<std::int64_t>(static_cast<std::uint64_t>(one.hi) * times_u),
               static_cast<std::int64_t>(static_cast<std::uint64_t>(one.lo) * times_u));
@@ -99,7 +92,6 @@ struct FixedSum {
 
   SPECVERIFY_HD void merge(const FixedSum& other) {
     add_units(other.hi, other.lo);
-    exact = exact && other.exact;
   }
 
   /// The canonical form: lo in [0, 2^40), so equal sums have equal words.

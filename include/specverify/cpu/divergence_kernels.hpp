@@ -81,7 +81,7 @@ SPECVERIFY_ALWAYS_INLINE B weight(const B& a) {
 template <class T, class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<T, Arch> unusual(const xsimd::batch<T, Arch>& x) {
 #if XSIMD_WITH_AVX512DQ
-  if constexpr (kHasAvx512<Arch>) {  // one instruction: NaN, +-inf, subnormal, negative
+  if constexpr (kAvx512dq<Arch>) {  // one instruction: NaN, +-inf, subnormal, negative
     return xsimd::batch_bool<T, Arch>(_mm512_fpclass_ps_mask(__m512(x), 0xf9));
   } else
 #endif
@@ -95,7 +95,7 @@ SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<T, Arch> unusual(const xsimd::batch<T
 template <class T, class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<T, Arch> not_normal(const xsimd::batch<T, Arch>& r) {
 #if XSIMD_WITH_AVX512DQ
-  if constexpr (kHasAvx512<Arch>) {
+  if constexpr (kAvx512dq<Arch>) {
     return xsimd::batch_bool<T, Arch>(_mm512_fpclass_ps_mask(__m512(r), 0xff));
   } else
 #endif

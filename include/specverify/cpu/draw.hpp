@@ -35,6 +35,18 @@ struct Checked {
   bool ok = true;
 };
 
+/// Sets lane j (0 <= j < 2W) of the weights in (lo, hi) to w: an element a vector pass patches (a
+/// one-hot draft's rejected token, an absorbed sibling).
+template <class D>
+SPECVERIFY_ALWAYS_INLINE void patch_lane(D& lo, D& hi, std::int32_t j, double w) {
+  alignas(64) double lanes[2 * D::size];
+  lo.store_aligned(lanes);
+  hi.store_aligned(lanes + D::size);
+  lanes[j] = w;
+  lo = D::load_aligned(lanes);
+  hi = D::load_aligned(lanes + D::size);
+}
+
 /// The sums of a row's weights, chunk by chunk, at `scale`.
 struct ChunkSums {
   core::FixedSum chunk[core::kMaxChunks];

@@ -67,16 +67,6 @@ SPECVERIFY_ALWAYS_INLINE B log1p_rest(const B& f) {
   return fused(z * f, poly, B(-0.5f) * z);
 }
 
-/// Whether Arch has the AVX-512 instructions used below (getexp, getmant, fpclass); their
-/// intrinsics are declared only when the compile flags enable them.
-#if XSIMD_WITH_AVX512DQ
-template <class Arch>
-inline constexpr bool kHasAvx512 = std::is_base_of<xsimd::avx512dq, Arch>::value;
-#else
-template <class Arch>
-inline constexpr bool kHasAvx512 = false;
-#endif
-
 }  // namespace detail
 
 /// The log is a few dozen instructions called from every term's loop body; compilers otherwise
@@ -85,7 +75,7 @@ template <class Arch>
 SPECVERIFY_ALWAYS_INLINE LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
   using B = xsimd::batch<float, Arch>;
 #if XSIMD_WITH_AVX512DQ
-  if constexpr (detail::kHasAvx512<Arch>) {
+  if constexpr (kAvx512dq<Arch>) {
     // AVX-512 reads exponent and mantissa in one instruction each, subnormals included
     // (getexp(0) = -inf, getmant(0) = 1): the same k and m as the bit manipulation below.
     const __m512 v = x;

@@ -17,12 +17,21 @@
 
 namespace specverify::cpu {
 
+// Whether Arch has AVX-512F (and DQ: fpclass, getexp, getmant, the wide conversions); the
+// intrinsics are declared only when the compile flags enable them.
 #if XSIMD_WITH_AVX512F
 template <class Arch>
 inline constexpr bool kAvx512 = std::is_base_of<xsimd::avx512f, Arch>::value;
 #else
 template <class Arch>
 inline constexpr bool kAvx512 = false;
+#endif
+#if XSIMD_WITH_AVX512DQ
+template <class Arch>
+inline constexpr bool kAvx512dq = std::is_base_of<xsimd::avx512dq, Arch>::value;
+#else
+template <class Arch>
+inline constexpr bool kAvx512dq = false;
 #endif
 
 template <class Arch>

@@ -100,7 +100,7 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> exp_weight(const F<Arch>& a) {
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE void widen(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
 #if XSIMD_WITH_AVX512DQ
-  if constexpr (std::is_base_of<xsimd::avx512dq, Arch>::value) {
+  if constexpr (kAvx512dq<Arch>) {
     lo = D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 0)));
     hi = D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
     return;
@@ -144,7 +144,7 @@ SPECVERIFY_ALWAYS_INLINE FB<Arch> allowed_lanes(const std::uint32_t* allowed, st
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE FB<Arch> invalid_logit(const F<Arch>& l) {
 #if XSIMD_WITH_AVX512DQ
-  if constexpr (std::is_base_of<xsimd::avx512dq, Arch>::value) {
+  if constexpr (kAvx512dq<Arch>) {
     return FB<Arch>(_mm512_fpclass_ps_mask(l, 0x89));  // QNaN, +inf, SNaN: one instruction
   } else
 #endif
@@ -696,7 +696,7 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
   return view;
 }
 
-/// The row operations through views, as core::walk_chain asks them of a backend. Indices are
+/// The row operations through views, as core::walk asks them of a backend. Indices are
 /// target ids: a view over a reduced draft vocabulary is read through its target_to_draft map.
 /// argmax, draw_target and gumbel_argmax return row indices (of target rows, which have no map).
 template <class Arch = DefaultArch>
@@ -849,14 +849,7 @@ struct LogitRows {
         lo = lane_max(widen_low(p) - widen_low(q), Dv(0.0));
         hi = lane_max(widen_high(p) - widen_high(q), Dv(0.0));
       }
-      if (static_cast<std::uint32_t>(patched - v) < static_cast<std::uint32_t>(WF)) {
-        alignas(64) double lanes[WF];
-        lo.store_aligned(lanes);
-        hi.store_aligned(lanes + Dv::size);
-        lanes[patched - v] = one(patched);
-        lo = Dv::load_aligned(lanes);
-        hi = Dv::load_aligned(lanes + Dv::size);
-      }
+      if (static_cast<std::uint32_t>(patched - v) < static_cast<std::uint32_t>(WF)) patch_lane(lo, hi, patched - v, one(patched));
     };
     // The views were validated, and p <= 1 (w <= 1, 1 / norm <= 1) bounds every weight.
     return cpu::draw<Arch>(vec, one, [] { return Checked<double>{1.0, true}; }, n, u);

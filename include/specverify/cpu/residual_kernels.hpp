@@ -63,9 +63,10 @@ class ResidualLanes {
     F q(0.0f);
     if (r_.has_q) {
       q = F::load_unaligned(r_.q + i);
-      screen_.add(p | q);
+      screen_.add(p, q);
+    } else {
+      screen_.add(p);
     }
-    largest_.add(p);
     if (scalar_) {
       lanes_from_scalar(i, lo, hi);
       return;
@@ -76,13 +77,8 @@ class ResidualLanes {
     // starts again (the draw's rescan).
     if (cursor_ > 0 && special_[cursor_ - 1] >= i) cursor_ = 0;
     while (cursor_ < specials_ && special_[cursor_] < i) ++cursor_;
-    if (cursor_ < specials_ && special_[cursor_] < i + WF) {
-      alignas(64) double w[WF];
-      lo.store_aligned(w);
-      hi.store_aligned(w + D::size);
-      for (std::int32_t c = cursor_; c < specials_ && special_[c] < i + WF; ++c) w[special_[c] - i] = (*this)(special_[c]);
-      lo = D::load_aligned(w);
-      hi = D::load_aligned(w + D::size);
+    for (std::int32_t c = cursor_; c < specials_ && special_[c] < i + WF; ++c) {
+      patch_lane(lo, hi, special_[c] - i, (*this)(special_[c]));
     }
   }
 
@@ -95,18 +91,9 @@ class ResidualLanes {
   /// Every value read valid, and a bound on the weights: core::Residual::weight_bound of the
   /// largest p over the whole row.
   Checked<double> operator()() const {
-    std::uint32_t largest = largest_.value(), screen = r_.has_q ? screen_.value() : largest;
-    for (std::int32_t i = n_ - n_ % WF; i < n_; ++i) {
-      largest = std::max(largest, core::float_bits(r_.p[i]));
-      screen = std::max(screen, core::float_bits(r_.p[i]) | (r_.has_q ? core::float_bits(r_.q[i]) : 0u));
-    }
-    if (screen >= BitsMax<Arch>::kInfBits) {  // a value to check one by one (invalid, or -0)
-      for (std::int32_t v = 0; v < n_; ++v) {
-        if (!valid_probability(r_.p[v]) || (r_.has_q && !valid_probability(r_.q[v]))) return {0.0, false};
-      }
-      largest = core::float_bits(scalar_max(r_.p, n_).value);  // -0's bits lie above every positive's
-    }
-    return {r_.weight_bound(core::bits_float(largest)), true};
+    const Checked<float> largest = screen_.largest_p(r_.p, r_.has_q ? r_.q : nullptr, n_);
+    if (!largest.ok) return {0.0, false};
+    return {r_.weight_bound(largest.value), true};
   }
 
  private:
@@ -139,8 +126,7 @@ class ResidualLanes {
   std::int32_t cursor_ = 0;
   bool scalar_ = false;
   double q_scale_ = 1.0;        // q_current = q_scale q off the specials (without replacement)
-  BitsMax<Arch> screen_;        // the bits of p | q: at or above +inf's when a value may be invalid
-  BitsMax<Arch> largest_;       // the largest p
+  PairScreen<Arch> screen_;     // what the pass saw of p and q, for the bound
 };
 
 }  // namespace detail

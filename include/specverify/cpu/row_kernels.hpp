@@ -17,6 +17,7 @@
 #include "specverify/core/logit_rows.hpp"
 #include "specverify/core/row_math.hpp"
 #include "specverify/cpu/draw.hpp"
+#include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/inlining.hpp"
 
 namespace specverify::cpu {
@@ -62,7 +63,7 @@ inline xsimd::batch<double, Arch> widen_through_memory(const xsimd::batch<float,
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_low(const xsimd::batch<float, Arch>& v) {
 #if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of<xsimd::avx512f, Arch>::value) {
+  if constexpr (kAvx512<Arch>) {
     return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
   } else
 #endif
@@ -84,7 +85,7 @@ SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_low(const xsimd::batch
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_high(const xsimd::batch<float, Arch>& v) {
 #if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of<xsimd::avx512f, Arch>::value) {
+  if constexpr (kAvx512<Arch>) {
     return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
   } else
 #endif
@@ -166,6 +167,37 @@ SPECVERIFY_FLATTEN Checked<float> row_max(const float* p, std::int32_t n) {
   return {std::max(body, tail.value), true};
 }
 
+/// What a draw's pass over p (and q) learns of them, for its bound (cpu/draw.hpp's check()): the
+/// largest p's bits, and the bits of p | q, at or above +inf's when a value may be invalid (or
+/// -0, whose bits lie above every positive float's).
+template <class Arch>
+struct PairScreen {
+  BitsMax<Arch> largest, screen;
+
+  SPECVERIFY_ALWAYS_INLINE void add(const xsimd::batch<float, Arch>& p) { largest.add(p); }
+  SPECVERIFY_ALWAYS_INLINE void add(const xsimd::batch<float, Arch>& p, const xsimd::batch<float, Arch>& q) {
+    largest.add(p);
+    screen.add(p | q);
+  }
+
+  /// After the pass over the vectors of p[0..n) (and q, or nullptr): whether every value is valid,
+  /// and the largest p. The tail of n % W values is read here; a row whose bits say a value may be
+  /// invalid is checked value by value.
+  Checked<float> largest_p(const float* p, const float* q, std::int32_t n) const {
+    constexpr std::int32_t W = xsimd::batch<float, Arch>::size;
+    std::uint32_t big = largest.value(), any = q ? screen.value() : big;
+    for (std::int32_t i = n - n % W; i < n; ++i) {
+      big = std::max(big, core::float_bits(p[i]));
+      any = std::max(any, core::float_bits(p[i]) | (q ? core::float_bits(q[i]) : 0u));
+    }
+    if (any < BitsMax<Arch>::kInfBits) return {core::bits_float(big), true};
+    for (std::int32_t i = 0; i < n; ++i) {
+      if (!valid_probability(p[i]) || (q && !valid_probability(q[i]))) return {0.0f, false};
+    }
+    return {scalar_max(p, n).value, true};
+  }
+};
+
 /// Lowest index holding max p. A row without mass has no argmax: value is -1.
 template <class Arch = DefaultArch>
 SPECVERIFY_FLATTEN Checked<std::int32_t> row_argmax(const float* p, std::int32_t n) {
@@ -201,17 +233,7 @@ struct Weights {
   /// p - q of two floats is (nearly always) exact.
   double base(std::int32_t i) const { return q ? core::residual_weight(p[i], q[i]) : double{p[i]}; }
   double at(std::int32_t i) const { return i == x ? core::residual_weight(p[i], 1.0) : base(i); }
-  bool valid(std::int32_t i) const {
-    return valid_probability(p[i]) && (!q || valid_probability(q[i]));
-  }
 };
-
-inline bool all_valid(const Weights& w) {
-  for (std::int32_t i = 0; i < w.n; ++i) {
-    if (!w.valid(i)) return false;
-  }
-  return true;
-}
 
 /// Elements per chunk of the two-level draw (shared with the CUDA backend): the chunk sums live on
 /// the stack and the rescan touches one short, cache-hot stretch.
@@ -237,46 +259,28 @@ SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
   using D = xsimd::batch<double, Arch>;
   constexpr std::int32_t WF = F::size;
   static_assert(WF == 2 * D::size, "a float vector widens into two double vectors");
-  BitsMax<Arch> check_bits;  // the bits of p | q: at or above +inf's when a value may be invalid
-  BitsMax<Arch> p_bits;      // the largest p (its bits): a bound on the weights
+  PairScreen<Arch> screen;
   const D zero(0.0);
   const auto vec = [&](std::int32_t i, D& lo, D& hi) SPECVERIFY_LAMBDA_INLINE {
     const F p = F::load_unaligned(w.p + i);
     if (w.q) {
       const F q = F::load_unaligned(w.q + i);
-      check_bits.add(p | q);
-      p_bits.add(p);
+      screen.add(p, q);
       lo = lane_max(widen_low(p) - widen_low(q), zero);
       hi = lane_max(widen_high(p) - widen_high(q), zero);
     } else {
-      p_bits.add(p);
+      screen.add(p);
       lo = widen_low(p);
       hi = widen_high(p);
     }
-    if (static_cast<std::uint32_t>(w.x - i) < static_cast<std::uint32_t>(WF)) {  // one-hot residual: w_x
-      alignas(64) double lanes[WF];
-      lo.store_aligned(lanes);
-      hi.store_aligned(lanes + D::size);
-      lanes[w.x - i] = w.at(w.x);
-      lo = D::load_aligned(lanes);
-      hi = D::load_aligned(lanes + D::size);
-    }
+    if (static_cast<std::uint32_t>(w.x - i) < static_cast<std::uint32_t>(WF)) patch_lane(lo, hi, w.x - i, w.at(w.x));  // one-hot residual
   };
   const auto one = [&](std::int32_t i) { return w.at(i); };
-  // OR-ed bits reach +inf's only if a value is negative, inf or NaN (or, for unnormalised rows,
-  // two values above 1 combine so): the exact scalar check then decides. The weights lie below
-  // p, so below the power of two above the largest p over the whole row: a function of the row
-  // alone, whatever part of it the vectors read.
+  // The weights lie below p, so below the power of two above the largest p over the whole row: a
+  // function of the row alone, whatever part of it the vectors read.
   const auto check = [&]() -> Checked<double> {
-    std::uint32_t largest = p_bits.value(), screen = w.q ? check_bits.value() : largest;
-    for (std::int32_t i = w.n - w.n % WF; i < w.n; ++i) {
-      largest = std::max(largest, core::float_bits(w.p[i]));
-      screen = std::max(screen, core::float_bits(w.p[i]) | (w.q ? core::float_bits(w.q[i]) : 0u));
-    }
-    if (screen < BitsMax<Arch>::kInfBits) return {core::fixed_bound(core::bits_float(largest)), true};
-    // A value to check one by one (invalid, or -0, whose bits lie above every positive float's).
-    if (!all_valid(w)) return {0.0, false};
-    return {core::fixed_bound(scalar_max(w.p, w.n).value), true};
+    const Checked<float> largest = screen.largest_p(w.p, w.q, w.n);
+    return {largest.ok ? core::fixed_bound(largest.value) : 0.0, largest.ok};
   };
   return cpu::draw<Arch>(vec, one, check, w.n, u);
 }

@@ -13,12 +13,10 @@
 //   min_p:  the lowest kept g with w >= min_p (a block minimum);
 //   norm:   sum of the kept w in double.
 // Weights are core::exp_weight, bit-identical to the CPU's. Sums are in double, in another order
-// than the CPU's: a kept-set boundary, a normaliser's float rounding or a draw's crossing can
-// differ only where the CPU's sum lies within ~1e-16 (relative) of the decision. One exception:
-// rows with no top_k / top_p / min_p, whose normaliser the CPU sums by a factorised online scan
-// (logit_kernels.hpp, online_scan) that can differ from the plain sum by ~1e-7: inv_norm then may
-// differ by one float ulp, so p(v) by about 1e-7 relative (decisions flip only that close to a
-// boundary).
+// than the CPU's core::FixedSum (issue 21 moves them to FixedSum): a kept-set boundary, a
+// normaliser's float rounding or a draw's crossing can differ only where the CPU's sum lies
+// within ~1e-16 (relative) of the decision, and inv_norm by a float ulp where the normaliser's
+// double rounds to float apart from the CPU's.
 //
 // The view is core::LogitView, so the shared per-element functions (core::probability, ...) read
 // it; kept sets are never listed on the device (listed = -1): a block reads the whole row as fast.
