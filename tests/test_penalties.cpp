@@ -513,7 +513,8 @@ Emitted run_dense_case(const DenseCase& c, const Rule& rule, bool lists, std::ui
   return e;
 }
 
-TEST(Penalties, OverlayGivesTheBitsOfDenselyPenalisedRows) {
+/// The sampling parameters the dense comparisons run: T alone, top_k, top_p with min_p, greedy.
+std::vector<SamplingParams> dense_params() {
   std::vector<SamplingParams> params(4);
   params[0].temperature = 0.8f;
   params[1].temperature = 1.0f;
@@ -522,6 +523,11 @@ TEST(Penalties, OverlayGivesTheBitsOfDenselyPenalisedRows) {
   params[2].top_p = 0.8f;
   params[2].min_p = 0.01f;
   params[3].temperature = 0.0f;
+  return params;
+}
+
+TEST(Penalties, OverlayGivesTheBitsOfDenselyPenalisedRows) {
+  const std::vector<SamplingParams> params = dense_params();
   for (std::size_t i = 0; i < params.size(); ++i) {
     for (const bool tree : {false, true}) {
       for (std::uint64_t seed = 1; seed <= 4; ++seed) {
@@ -542,14 +548,7 @@ TEST(Penalties, OverlayAtTheRowsExtremesGivesTheBitsOfDenseRows) {
   // the row's max at a penalised token, a biased token made the max, an entry tied with another
   // token for it (either first), entries in the vector body and in the tail (V = 1007), with
   // guidance and a bitmask or a reduced draft vocabulary, for every pass a rule may run.
-  std::vector<SamplingParams> params(4);
-  params[0].temperature = 0.8f;
-  params[1].temperature = 0.0f;
-  params[2].temperature = 1.0f;
-  params[2].top_k = 20;
-  params[3].temperature = 0.7f;
-  params[3].top_p = 0.8f;
-  params[3].min_p = 0.01f;
+  const std::vector<SamplingParams> params = dense_params();
   std::vector<Extras> extras(3);
   for (Extras& e : extras) {
     e.V = 1007;
