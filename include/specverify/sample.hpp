@@ -58,6 +58,7 @@ inline std::int32_t sample(const float* logits, std::int32_t vocab_size, const S
   row.logits = logits;
   row.n = vocab_size;
   row.params = params;
+  row.lists.penalise = !penalties_off(params);
   row.lists.history_tokens = history_tokens;
   row.lists.history_counts = history_counts;
   row.lists.history_size = history_size;

@@ -217,7 +217,7 @@ SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t
   } else if (row.read_lists && may_be_listed(row, i)) {
     float bias, count;
     bool in;
-    if (listed(row.lists, !penalties_off(row.params), row.row_to_target ? row.row_to_target[i] : i, bias, in, count)) {
+    if (listed(row.lists, row.row_to_target ? row.row_to_target[i] : i, bias, in, count)) {
       const float x = penalised(r.g, bias, in, count, row.params);
       r.valid = r.valid && (finite(x) || !finite(r.g));
       r.g = x;

@@ -88,6 +88,7 @@ struct LogitSource {
   /// drafts 0 .. j-1 of a chain, or node j-1 and its ancestors in a tree.
   SPECVERIFY_HD PenaltyLists lists(std::int32_t b, std::int64_t row, bool target) const {
     PenaltyLists l;
+    l.penalise = !penalties_off(target ? target_params[b] : draft_params_of(b));
     // A chain's draft rows are one per draft (no bonus row); a tree's are laid out as its target rows.
     const std::int64_t first = std::int64_t{offsets[b]} + (target || parents ? b : 0);
     l.path_end = static_cast<std::int32_t>(row - first);
@@ -111,6 +112,11 @@ struct LogitSource {
 
   SPECVERIFY_HD bool has_draft() const { return draft != nullptr; }
 
+  /// What sequence b's drafter sampled with (the target's parameters unless given).
+  SPECVERIFY_HD const SamplingParams& draft_params_of(std::int32_t b) const {
+    return draft_params ? draft_params[b] : target_params[b];
+  }
+
   SPECVERIFY_HD Row target_row(std::int32_t b, std::int64_t row) const {
     Row r;
     r.logits = target + row * target_stride;
@@ -132,7 +138,7 @@ struct LogitSource {
     r.n = draft_vocab_size;
     r.target_to_draft = target_to_draft;
     r.row_to_target = draft_to_target;
-    r.params = draft_params ? draft_params[b] : target_params[b];
+    r.params = draft_params_of(b);
     r.lists = lists(b, row, false);
     return r;
   }

@@ -24,11 +24,10 @@ class OverlayRoom {
     row.overlay = Overlay{};
     row.overlay_cursor = 0;
     const PenaltyLists& lists = row.lists;
-    const bool penalise = !penalties_off(row.params);
     const std::int32_t biased = lists.bias_tokens ? lists.bias_size : 0;
-    if (!penalise && biased == 0) return;
-    gather_extras(lists, penalise, biased);
-    const std::int32_t history = penalise ? lists.history_size : 0;
+    if (!lists.penalise && biased == 0) return;
+    gather_extras(lists, biased);
+    const std::int32_t history = lists.penalise ? lists.history_size : 0;
     reserve(static_cast<std::size_t>(history) + extras_.size());
     // The history (long) merged with the extras (short): runs of history entries are copied
     // between the extras, so a row costs little more than a copy of its history.
@@ -58,7 +57,9 @@ class OverlayRoom {
       h = end;
     };
     for (const Extra& x : extras_) {
-      run(static_cast<std::int32_t>(std::lower_bound(tokens + h, tokens + history, x.token) - tokens));
+      std::int32_t end = h;  // a linear merge: the extras are few and spread, a search would mispredict
+      while (end < history && tokens[end] < x.token) ++end;
+      run(end);
       std::int64_t count = x.drafts;
       const bool in_history = h < history && tokens[h] == x.token;
       if (in_history) count += counts[h++];
@@ -83,9 +84,9 @@ class OverlayRoom {
   };
 
   /// The row's extras in increasing token order (the path's drafts, the bias list).
-  void gather_extras(const PenaltyLists& lists, bool penalise, std::int32_t biased) {
+  void gather_extras(const PenaltyLists& lists, std::int32_t biased) {
     path_.clear();
-    if (penalise) {
+    if (lists.penalise) {
       if (lists.parents) {
         for (std::int32_t node = lists.path_end - 1; node >= 0; node = lists.parents[node]) path_.push_back(lists.drafts[node]);
       } else {

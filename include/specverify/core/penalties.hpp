@@ -12,6 +12,21 @@
 
 namespace specverify::core {
 
+/// The first position k in sorted[0 .. n) with sorted[k] >= v (n: none), by binary search: the
+/// overlay's entries and a sequence's history are both ascending.
+SPECVERIFY_HD inline std::int32_t lower_index(const std::int32_t* sorted, std::int32_t n, std::int32_t v) {
+  std::int32_t lo = 0, hi = n;
+  while (lo < hi) {
+    const std::int32_t mid = lo + (hi - lo) / 2;
+    if (sorted[mid] < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 /// A row's overlay: its entries in increasing row index, one array per field so that a vector
 /// pass reads W entries at once. An entry's adjusted logit is computed where a pass reads the
 /// token (from the value step 1 gives it): building the overlay reads no element of the row, whose
@@ -25,18 +40,10 @@ struct Overlay {
   float* value{};               // g after steps 1-4 at each entry, where a backend's pre-pass keeps them
   std::int32_t size = 0;
 
-  /// The position of row index i's entry, or -1 (a binary search).
+  /// The position of row index i's entry, or -1.
   SPECVERIFY_HD std::int32_t find(std::int32_t i) const {
-    std::int32_t lo = 0, hi = size;
-    while (lo < hi) {
-      const std::int32_t mid = lo + (hi - lo) / 2;
-      if (index[mid] < i) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    return lo < size && index[lo] == i ? lo : -1;
+    const std::int32_t k = lower_index(index, size, i);
+    return k < size && index[k] == i ? k : -1;
   }
 };
 
@@ -55,6 +62,7 @@ struct PenaltyLists {
   const std::int32_t* parents{};         // a tree's sequence-local parents; nullptr: a chain
   std::int32_t path_end = 0;             // the row's index j: a chain's drafts 0 .. j-1, a tree's
                                          //   node j-1 and its ancestors (0: the root, no drafts)
+  bool penalise = false;                 // the row's parameters penalise (step 3 applies): set once per row
 };
 
 /// Steps 2 and 3 for one token, in float: l + bias, then for a token in the history or on the path
@@ -71,22 +79,13 @@ SPECVERIFY_HD inline float penalised(float g, float bias, bool in, float count, 
 /// What steps 2-3 do to token v, read from the lists themselves (no overlay built): a device
 /// block's way, element by element (binary search of the history, the path walked, the bias list
 /// searched). The same bias, in and count as the overlay's entry for v; false where v has none.
-SPECVERIFY_HD inline bool listed(const PenaltyLists& lists, bool penalise, std::int32_t v, float& bias, bool& in,
-                                 float& count) {
+SPECVERIFY_HD inline bool listed(const PenaltyLists& lists, std::int32_t v, float& bias, bool& in, float& count) {
   std::int64_t c = 0;
   in = false;
-  if (penalise) {
-    std::int32_t lo = 0, hi = lists.history_size;
-    while (lo < hi) {
-      const std::int32_t mid = lo + (hi - lo) / 2;
-      if (lists.history_tokens[mid] < v) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    if (lo < lists.history_size && lists.history_tokens[lo] == v) {
-      c = lists.history_counts[lo];
+  if (lists.penalise) {
+    const std::int32_t k = lower_index(lists.history_tokens, lists.history_size, v);
+    if (k < lists.history_size && lists.history_tokens[k] == v) {
+      c = lists.history_counts[k];
       in = true;
     }
     std::int32_t drafted = 0;

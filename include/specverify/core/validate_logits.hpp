@@ -248,7 +248,7 @@ SPECVERIFY_HD void name_penalty_fault(Finding& finding, const Fault& f, std::int
   float bias, count;
   bool in;
   const std::int32_t v = row.row_to_target ? row.row_to_target[f.column] : f.column;
-  if (!listed(row.lists, !penalties_off(row.params), v, bias, in, count)) return;
+  if (!listed(row.lists, v, bias, in, count)) return;
   if (!before.valid || !finite(before.g)) return;
   const float after = penalised(before.g, bias, in, count, row.params);
   if (finite(after)) return;

@@ -200,7 +200,7 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> patched(const LogitRow<float>& row, std::int32_
   if (!xsimd::any(allowed_lanes<Arch>(o.bits, i))) return g;
   std::int32_t k = row.overlay_cursor;
   if ((k > 0 && o.index[k - 1] >= i) || (k < o.size && o.index[k] < i)) {
-    k = static_cast<std::int32_t>(std::lower_bound(o.index, o.index + o.size, i) - o.index);
+    k = core::lower_index(o.index, o.size, i);
   }
   alignas(64) static constexpr float kIota[64] = {
       0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
@@ -240,7 +240,7 @@ template <class Arch, class Fn>
 std::int32_t for_entries(const core::Overlay& o, std::int32_t end, Fn fn) {
   using Iv = I<Arch>;
   constexpr std::int32_t W = Iv::size;
-  const auto m = static_cast<std::int32_t>(std::lower_bound(o.index, o.index + o.size, end) - o.index);
+  const std::int32_t m = core::lower_index(o.index, o.size, end);
   std::int32_t k = 0;
   for (; k + W <= m; k += W) fn(k, W, Iv::load_unaligned(o.index + k));
   if (k < m) {

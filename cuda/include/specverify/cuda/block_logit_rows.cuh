@@ -339,7 +339,7 @@ class BlockLogitRows {
   /// of the row indices they name built in shared memory; unchanged where the lists change nothing.
   __device__ core::LogitRow<Logit> with_lists(core::LogitRow<Logit> row) {
     const core::PenaltyLists& l = row.lists;
-    const bool penalise = !penalties_off(row.params) && (l.history_size > 0 || l.path_end > 0);
+    const bool penalise = l.penalise && (l.history_size > 0 || l.path_end > 0);
     const bool biased = l.bias_tokens && l.bias_size > 0;
     if (!penalise && !biased) return row;
     std::uint32_t* filter = s_.filters[filter_];
