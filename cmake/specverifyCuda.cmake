@@ -12,9 +12,21 @@ if(NOT CMAKE_CUDA_COMPILER)
   message(STATUS "specverify: no CUDA compiler, the CUDA backend is not built")
   return()
 endif()
-# One architecture keeps the build short where the tests only compile (no GPU); sm_80 code runs
-# on later GPUs through its PTX. Set CMAKE_CUDA_ARCHITECTURES (e.g. 90) to build for a GPU at hand.
-set(CMAKE_CUDA_ARCHITECTURES 80 CACHE STRING "CUDA architectures for tests and benchmarks")
+# The GPU at hand's architecture (nvidia-smi's compute capability); where there is none the tests
+# only compile, and PTX alone (80-virtual: every device function through the front end and NVVM)
+# skips ptxas, which is most of the time the CUDA tests take to build. Set CMAKE_CUDA_ARCHITECTURES
+# to choose (e.g. 90 for an H100).
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  execute_process(COMMAND nvidia-smi --query-gpu=compute_cap --format=csv,noheader
+                  OUTPUT_VARIABLE specverify_gpu_cc RESULT_VARIABLE specverify_smi ERROR_QUIET)
+  if(specverify_smi EQUAL 0 AND specverify_gpu_cc MATCHES "^([0-9]+)\\.([0-9]+)")
+    set(specverify_arch "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
+  else()
+    set(specverify_arch 80-virtual)
+  endif()
+  set(CMAKE_CUDA_ARCHITECTURES ${specverify_arch} CACHE STRING "CUDA architectures for tests and benchmarks")
+  message(STATUS "specverify: CUDA architectures ${CMAKE_CUDA_ARCHITECTURES}")
+endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 
