@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "specverify/dtypes.hpp"
 #include "specverify/sampling.hpp"
 
 namespace specverify {

@@ -1,10 +1,16 @@
-# Runs every binary in BINARIES at every thread count in THREADS and fails unless all print the
-# same lines (the first run is the reference; a differing run names its first differing line).
+# Runs every binary in BINARIES at every thread count in THREADS, for every row type in ROWS
+# (default: float), and fails unless all print the same lines (the first run is the reference; a
+# differing run names its first differing line).
+if(NOT DEFINED ROWS)
+  set(ROWS float)
+endif()
 set(reference "")
 foreach(binary IN LISTS BINARIES)
   foreach(threads IN LISTS THREADS)
-    execute_process(COMMAND ${binary} ${threads} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+   foreach(rows IN LISTS ROWS)
+    execute_process(COMMAND ${binary} ${threads} ${rows} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
     get_filename_component(name ${binary} NAME)
+    set(name "${name} (${rows})")
     if(NOT rc EQUAL 0)
       message(FATAL_ERROR "${name} ${threads} exited with ${rc}")
     endif()
@@ -27,5 +33,6 @@ foreach(binary IN LISTS BINARIES)
     else()
       message(STATUS "${name} ${threads}: same")
     endif()
+   endforeach()
   endforeach()
 endforeach()

@@ -6,7 +6,11 @@
 // Inputs are made with integer arithmetic and exact float operations only, so the compile flags
 // cannot change them (a compiler may contract a * b + c into one rounding on FMA targets).
 //
-// usage: isa_hash THREADS
+// With a row type, the logits cases alone run on rows of that type: `float16` and `bfloat16` rows,
+// and `float16-as-float` / `bfloat16-as-float`, float rows holding the same values, must print the
+// same lines (API.md v3: a 16-bit row gives the bits of the float row holding its values).
+//
+// usage: isa_hash THREADS [float | float16 | bfloat16 | float16-as-float | bfloat16-as-float]
 #include <specverify/specverify.hpp>
 
 #include <typical_acceptance.hpp>
@@ -19,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace sv = specverify;
@@ -26,6 +31,11 @@ namespace sv = specverify;
 namespace {
 
 std::int32_t g_threads = 1;
+
+/// The logits cases' row type, and the values their rows hold.
+enum class Rows { float32, float16, bfloat16 };
+Rows g_values = Rows::float32;  // the values: floats, or rounded to float16 or bfloat16
+bool g_as_float = true;         // held as float rows (else as 16-bit rows of g_values' type)
 
 // ------------------------------------------------------------------------------ hashing
 
@@ -83,6 +93,44 @@ void logit_row(std::uint64_t key, std::int32_t V, float* out) {
     if ((r >> 32) % 50u == 0) l += 12.0f;
     out[v] = l;
   }
+}
+
+/// x as the nearest float16 or bfloat16 (ties to even): the logits cases' values in those modes.
+/// The rows here are finite and, for float16, multiples of 1/64 below 2^11 / 64 in magnitude
+/// (exact: 11 bits), which the encoder checks.
+sv::float16 to_float16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const std::uint32_t sign = (u >> 16) & 0x8000u, exponent = (u >> 23) & 0xffu;
+  const auto h = static_cast<std::uint16_t>(x == 0.0f ? sign : sign | ((exponent - 112u) << 10) | ((u >> 13) & 0x3ffu));
+  if (static_cast<float>(sv::float16{h}) != x) std::abort();  // not exact in float16
+  return sv::float16{h};
+}
+
+sv::bfloat16 to_bfloat16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return sv::bfloat16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+/// A logits vector rounded to the mode's values (in place).
+void round_to_mode(std::vector<float>& rows) {
+  for (float& x : rows) {
+    if (g_values == Rows::float16) x = static_cast<float>(to_float16(x));
+    if (g_values == Rows::bfloat16) x = static_cast<float>(to_bfloat16(x));
+  }
+}
+
+/// Rows holding the values of `rows` (already rounded to the mode's values) as Logit.
+template <class Logit>
+std::vector<Logit> as_rows(const std::vector<float>& rows) {
+  std::vector<Logit> out(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if constexpr (std::is_same<Logit, float>::value) out[i] = rows[i];
+    if constexpr (std::is_same<Logit, sv::float16>::value) out[i] = to_float16(rows[i]);
+    if constexpr (std::is_same<Logit, sv::bfloat16>::value) out[i] = to_bfloat16(rows[i]);
+  }
+  return out;
 }
 
 struct Shape {
@@ -144,6 +192,10 @@ struct Chains {
     q.resize(std::size_t(N) * V);
     for (std::size_t r = 0; r < std::size_t(N + s.B); ++r) (logits ? logit_row : probability_row)(key * 31u + r, s.V, &p[r * V]);
     for (std::size_t r = 0; r < std::size_t(N); ++r) (logits ? logit_row : probability_row)(key * 37u + r + 5u, s.V, &q[r * V]);
+    if (logits) {
+      round_to_mode(p);
+      round_to_mode(q);
+    }
     for (std::int32_t b = 0; b < s.B; ++b) {
       for (std::int32_t j = offsets[std::size_t(b)]; j < offsets[std::size_t(b) + 1]; ++j) {
         tokens.push_back(draft_token(key * 41u + std::uint64_t(j), s.V, &q[std::size_t(j) * V]));
@@ -204,8 +256,10 @@ void probability_chains(Shape s) {
   every_chain_rule(name + " onehot", batch, c);
 }
 
+template <class Logit>
 void logits_chains(Shape s) {
   const Chains c(s, std::uint64_t(s.V) * 19u + std::uint64_t(s.B), true);
+  const std::vector<Logit> p = as_rows<Logit>(c.p), q = as_rows<Logit>(c.q);
   struct Setting {
     const char* name;
     sv::SamplingParams target, draft;
@@ -228,6 +282,8 @@ void logits_chains(Shape s) {
   }
   std::vector<float> unconditional(c.p.size());
   for (std::size_t r = 0; r < std::size_t(rows); ++r) logit_row(991u + r, s.V, &unconditional[r * std::size_t(s.V)]);
+  round_to_mode(unconditional);
+  const std::vector<Logit> u = as_rows<Logit>(unconditional);
   const std::int32_t words = (s.V + 31) / 32;
   std::vector<std::uint32_t> mask(std::size_t(rows) * std::size_t(words));
   for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<std::uint32_t>(mix(i) | mix(i + 1));  // ~3/4 allowed
@@ -235,19 +291,19 @@ void logits_chains(Shape s) {
   const Lists lists(s.B, s.V, std::uint64_t(s.V) + 3u);
   for (const Setting& st : settings) {
     std::vector<sv::SamplingParams> tp(std::size_t(s.B), st.target), dp(std::size_t(s.B), st.draft);
-    sv::LogitsChainBatch<float> batch;
+    sv::LogitsChainBatch<Logit> batch;
     batch.batch_size = s.B;
     batch.vocab_size = s.V;
     batch.draft_offsets = c.offsets.data();
     batch.draft_tokens = c.tokens.data();
-    batch.target_logits = c.p.data();
-    batch.draft_logits = c.q.data();
+    batch.target_logits = p.data();
+    batch.draft_logits = q.data();
     batch.target_params = tp.data();
     batch.draft_params = dp.data();
     const std::string name = std::string("logits ") + st.name + " B" + std::to_string(s.B) + " V" + std::to_string(s.V);
     every_chain_rule(name, batch, c);
-    sv::LogitsChainBatch<float> guided = batch;
-    guided.unconditional_logits = unconditional.data();
+    sv::LogitsChainBatch<Logit> guided = batch;
+    guided.unconditional_logits = u.data();
     guided.unconditional_first_row = first_row.data();
     guided.guidance_scale = guidance.data();
     guided.allowed_tokens = mask.data();
@@ -260,11 +316,13 @@ void logits_chains(Shape s) {
       std::vector<std::int32_t> d2t(static_cast<std::size_t>(Vd)), tokens(c.tokens);
       for (std::int32_t d = 0; d < Vd; ++d) d2t[std::size_t(d)] = 2 * d;
       for (auto& t : tokens) t = t / 2 * 2;
-      std::vector<float> q(std::size_t(c.offsets.back()) * std::size_t(Vd));
-      for (std::size_t r = 0; r < std::size_t(c.offsets.back()); ++r) logit_row(555u + r, Vd, &q[r * std::size_t(Vd)]);
-      sv::LogitsChainBatch<float> reduced = batch;
+      std::vector<float> small_q(std::size_t(c.offsets.back()) * std::size_t(Vd));
+      for (std::size_t r = 0; r < std::size_t(c.offsets.back()); ++r) logit_row(555u + r, Vd, &small_q[r * std::size_t(Vd)]);
+      round_to_mode(small_q);
+      const std::vector<Logit> reduced_q = as_rows<Logit>(small_q);
+      sv::LogitsChainBatch<Logit> reduced = batch;
       reduced.draft_tokens = tokens.data();
-      reduced.draft_logits = q.data();
+      reduced.draft_logits = reduced_q.data();
       reduced.draft_vocab_size = Vd;
       reduced.draft_to_target = d2t.data();
       run_chain(name + " reduced standard", sv::Standard{}, reduced, c);
@@ -278,7 +336,7 @@ void logits_chains(Shape s) {
     // Penalties and bias: the overlay's tokens read in every pass (every rule), with guidance and
     // the bitmask too.
     std::vector<sv::SamplingParams> tpp(std::size_t(s.B), penalised(st.target, false)), dpp(std::size_t(s.B), penalised(st.draft, true));
-    sv::LogitsChainBatch<float> listed = batch;
+    sv::LogitsChainBatch<Logit> listed = batch;
     lists.attach(listed);
     listed.target_params = tpp.data();
     listed.draft_params = dpp.data();
@@ -338,6 +396,10 @@ struct Trees {
       (logits ? logit_row : probability_row)(key * 43u + r, s.V, &p[r * V]);
       (logits ? logit_row : probability_row)(key * 47u + r + 3u, s.V, &q[r * V]);
     }
+    if (logits) {
+      round_to_mode(p);
+      round_to_mode(q);
+    }
   }
 };
 
@@ -385,19 +447,21 @@ void probability_trees(Shape s) {
   every_tree_rule("prob tree B" + std::to_string(s.B) + " V" + std::to_string(s.V), batch, t);
 }
 
+template <class Logit>
 void logits_trees(Shape s) {
   const Trees t(s, std::uint64_t(s.V) * 29u + std::uint64_t(s.B), true);
+  const std::vector<Logit> p = as_rows<Logit>(t.p), q = as_rows<Logit>(t.q);
   const Lists lists(s.B, s.V, std::uint64_t(s.V) + 5u);
   for (const sv::SamplingParams params : {sv::SamplingParams{0.8f, 0, 1.0f, 0.0f}, sv::SamplingParams{1.0f, 50, 0.9f, 0.0f}}) {
     std::vector<sv::SamplingParams> tp(std::size_t(s.B), params);
-    sv::LogitsTreeBatch<float> batch;
+    sv::LogitsTreeBatch<Logit> batch;
     batch.batch_size = s.B;
     batch.vocab_size = s.V;
     batch.node_offsets = t.offsets.data();
     batch.parents = t.parents.data();
     batch.draft_tokens = t.tokens.data();
-    batch.target_logits = t.p.data();
-    batch.draft_logits = t.q.data();
+    batch.target_logits = p.data();
+    batch.draft_logits = q.data();
     batch.target_params = tp.data();
     const std::string name = "logits tree top_k " + std::to_string(params.top_k) + " B" + std::to_string(s.B) + " V" + std::to_string(s.V);
     every_tree_rule(name, batch, t);
@@ -540,20 +604,39 @@ void samples(std::int32_t V) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s THREADS\n", argv[0]);
+  if (argc < 2 || argc > 3) {
+    std::fprintf(stderr, "usage: %s THREADS [ROWS]\n", argv[0]);
     return 2;
   }
   g_threads = std::atoi(argv[1]);
-  for (const Shape s : {Shape{16, 1, 3}, Shape{16, 7, 4}, Shape{1, 1000, 5}, Shape{16, 1000, 5}, Shape{3, 40000, 3},
-                        Shape{1, 128256, 5}}) {
-    probability_chains(s);
-    logits_chains(s);
+  const std::string rows = argc > 2 ? argv[2] : "float";
+  g_values = rows.rfind("float16", 0) == 0 ? Rows::float16 : rows.rfind("bfloat16", 0) == 0 ? Rows::bfloat16 : Rows::float32;
+  g_as_float = g_values == Rows::float32 || rows.find("-as-float") != std::string::npos;
+  if (g_values == Rows::float32 && rows != "float") {
+    std::fprintf(stderr, "unknown row type %s\n", rows.c_str());
+    return 2;
   }
-  for (const Shape s : {Shape{16, 7, 8}, Shape{16, 1000, 12}, Shape{2, 128256, 12}}) {
-    probability_trees(s);
-    logits_trees(s);
+  // The logits cases on the mode's rows; the rest only with float rows.
+  const auto logits_cases = [&](auto logit) {
+    using Logit = decltype(logit);
+    for (const Shape s : {Shape{16, 1, 3}, Shape{16, 7, 4}, Shape{1, 1000, 5}, Shape{16, 1000, 5},
+                          Shape{3, 40000, 3}, Shape{1, 128256, 5}}) {
+      if (g_values == Rows::float32) probability_chains(s);
+      logits_chains<Logit>(s);
+    }
+    for (const Shape s : {Shape{16, 7, 8}, Shape{16, 1000, 12}, Shape{2, 128256, 12}}) {
+      if (g_values == Rows::float32) probability_trees(s);
+      logits_trees<Logit>(s);
+    }
+  };
+  if (g_as_float) {
+    logits_cases(float{});
+  } else if (g_values == Rows::float16) {
+    logits_cases(sv::float16{});
+  } else {
+    logits_cases(sv::bfloat16{});
   }
+  if (g_values != Rows::float32) return 0;
   for (const std::int32_t V : {1, 1000, 128256}) {
     samples(V);
     statistics(V);

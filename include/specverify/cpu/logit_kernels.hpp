@@ -45,6 +45,7 @@
 #include "specverify/cpu/fixed_lanes.hpp"
 #include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/row_kernels.hpp"
+#include "specverify/cpu/widen.hpp"
 #include "specverify/rule.hpp"
 
 namespace specverify::cpu {
@@ -155,8 +156,8 @@ SPECVERIFY_ALWAYS_INLINE FB<Arch> invalid_logit(const F<Arch>& l) {
 
 /// Step 1 in lanes (guidance where the row has it); with kValidate, `ok` is cleared in lanes whose
 /// inputs are invalid. The same operations as core::guided_logit.
-template <class Arch, bool kValidate>
-SPECVERIFY_ALWAYS_INLINE F<Arch> guided(const LogitRow<float>& row, const F<Arch>& l, const F<Arch>& u, FB<Arch>& ok) {
+template <class Arch, bool kValidate, class Logit>
+SPECVERIFY_ALWAYS_INLINE F<Arch> guided(const LogitRow<Logit>& row, const F<Arch>& l, const F<Arch>& u, FB<Arch>& ok) {
   using B = F<Arch>;
   const B inf(core::kInf);
   if constexpr (kValidate) ok = ok & !invalid_logit<Arch>(l);
@@ -192,8 +193,8 @@ enum class Entries { none, excluded, patched };
 /// The overlay's kept values in the W lanes at row index i (i a multiple of W). Passes read the
 /// row in increasing order, so the row's cursor usually points at the next entry already; other
 /// reads find their place by binary search.
-template <class Arch>
-SPECVERIFY_ALWAYS_INLINE F<Arch> patched(const LogitRow<float>& row, std::int32_t i, F<Arch> g) {
+template <class Arch, class Logit>
+SPECVERIFY_ALWAYS_INLINE F<Arch> patched(const LogitRow<Logit>& row, std::int32_t i, F<Arch> g) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   const core::Overlay& o = row.overlay;
@@ -219,11 +220,11 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> patched(const LogitRow<float>& row, std::int32_
 /// tokens as kEntries says; with kValidate, `ok` is cleared in lanes whose inputs are invalid.
 /// The same operations as core::processed_logit. Passes after the pre-pass's first read skip the
 /// validation (it has been done).
-template <class Arch, Entries kEntries, bool kValidate = false>
-SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<float>& row, std::int32_t i, FB<Arch>& ok) {
+template <class Arch, Entries kEntries, bool kValidate = false, class Logit>
+SPECVERIFY_ALWAYS_INLINE F<Arch> load_g(const LogitRow<Logit>& row, std::int32_t i, FB<Arch>& ok) {
   using B = F<Arch>;
-  const B l = B::load_unaligned(row.logits + i);
-  B g = guided<Arch, kValidate>(row, l, row.unconditional ? B::load_unaligned(row.unconditional + i) : l, ok);
+  const B l = load_widened<Arch>(row.logits + i);
+  B g = guided<Arch, kValidate>(row, l, row.unconditional ? load_widened<Arch>(row.unconditional + i) : l, ok);
   if constexpr (kEntries == Entries::excluded) {
     g = xsimd::select(allowed_lanes<Arch>(row.overlay.bits, i), B(-core::kInf), g);
   } else if constexpr (kEntries == Entries::patched) {
@@ -262,6 +263,21 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> gather_at(const float* p, const I<Arch>& index)
   return F<Arch>::gather(p, index);
 }
 
+/// p[index] lane by lane, widened: a 16-bit row's entries one by one (they are few).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE F<Arch> gather_widened(const float* p, const I<Arch>& index) {
+  return gather_at<Arch>(p, index);
+}
+template <class Arch, class Logit>
+SPECVERIFY_ALWAYS_INLINE F<Arch> gather_widened(const Logit* p, const I<Arch>& index) {
+  constexpr std::int32_t W = F<Arch>::size;
+  alignas(64) std::int32_t at[W];
+  alignas(64) float lanes[W];
+  index.store_aligned(at);
+  for (std::int32_t l = 0; l < W; ++l) lanes[l] = static_cast<float>(p[at[l]]);
+  return F<Arch>::load_aligned(lanes);
+}
+
 /// The first len lanes from p, the rest `fill`.
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE F<Arch> load_lanes(const float* p, std::int32_t len, float fill) {
@@ -275,14 +291,14 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> load_lanes(const float* p, std::int32_t len, fl
 /// Steps 1-4 at the overlay's entries below row index `end`, W at a time, kept in overlay.value
 /// for the later passes; `ok` is cleared where steps 2-3 made a finite value infinite. Calls
 /// each(g) with the entries' values (-inf in unused lanes); returns how many entries lie below end.
-template <class Arch, class Each>
-std::int32_t entry_values(const LogitRow<float>& row, std::int32_t end, FB<Arch>& ok, Each each) {
+template <class Arch, class Logit, class Each>
+std::int32_t entry_values(const LogitRow<Logit>& row, std::int32_t end, FB<Arch>& ok, Each each) {
   using B = F<Arch>;
   const core::Overlay& o = row.overlay;
   FB<Arch> unused(true);  // the pass validated every input
   return for_entries<Arch>(o, end, [&](std::int32_t k, std::int32_t len, const I<Arch>& index) {
-    const B l = gather_at<Arch>(row.logits, index);
-    const B g = guided<Arch, false>(row, l, row.unconditional ? gather_at<Arch>(row.unconditional, index) : l, unused);
+    const B l = gather_widened<Arch>(row.logits, index);
+    const B g = guided<Arch, false>(row, l, row.unconditional ? gather_widened<Arch>(row.unconditional, index) : l, unused);
     const B bias = load_lanes<Arch>(o.bias + k, len, 0.0f), in = load_lanes<Arch>(o.in + k, len, 0.0f);
     const B x = penalised<Arch>(g, bias, in, load_lanes<Arch>(o.count + k, len, 0.0f), row.params);
     const B max(core::kFloatMax);
@@ -300,8 +316,8 @@ std::int32_t entry_values(const LogitRow<float>& row, std::int32_t end, FB<Arch>
 
 /// p of the W row indices at i (a prepared, non-greedy view); the same bits as
 /// core::probability_at.
-template <class Arch>
-SPECVERIFY_ALWAYS_INLINE F<Arch> probs_from_g(const LogitView<float>& view, const F<Arch>& g) {
+template <class Arch, class Logit>
+SPECVERIFY_ALWAYS_INLINE F<Arch> probs_from_g(const LogitView<Logit>& view, const F<Arch>& g) {
   using B = F<Arch>;
   const B a = (g - B(view.max)) * B(view.inv_temperature);
   // Every finite value kept: exp_weight already gives masked (-inf) lanes 0.
@@ -312,22 +328,23 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> probs_from_g(const LogitView<float>& view, cons
 }
 
 /// p(v) at target id v, from the view's weights where it keeps them: core::probability's bits.
-inline float probability(const LogitView<float>& view, std::int32_t v) {
+template <class Logit>
+float probability(const LogitView<Logit>& view, std::int32_t v) {
   const std::int32_t i = core::row_index(view, v);
   if (i < 0) return 0.0f;
   return view.weights ? view.weights[i] * view.inv_norm : core::probability_at(view, i);
 }
 
 /// p at target ids v .. v + W - 1 (v + W <= the target vocabulary).
-template <class Arch>
-SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<float>& view, std::int32_t v) {
+template <class Arch, class Logit>
+SPECVERIFY_ALWAYS_INLINE F<Arch> probs(const LogitView<Logit>& view, std::int32_t v) {
   using B = F<Arch>;
   if (view.weights && !view.row.target_to_draft) {
     return B::load_unaligned(view.weights + v) * B(view.inv_norm);
   }
   if (view.row.target_to_draft || view.greedy) {  // gathers and one-hot rows: element by element
     alignas(64) float lanes[B::size];
-    for (std::int32_t l = 0; l < static_cast<std::int32_t>(B::size); ++l) lanes[l] = probability(view, v + l);
+    for (std::int32_t l = 0; l < static_cast<std::int32_t>(B::size); ++l) lanes[l] = logits_detail::probability(view, v + l);
     return B::load_aligned(lanes);
   }
   FB<Arch> ok(true);  // the pre-pass validated every value
@@ -372,8 +389,8 @@ struct Scan {
 
 inline constexpr std::int32_t kCompactAt = 256;
 
-template <class Arch, Entries kEntries>
-Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scratch) {
+template <class Arch, Entries kEntries, class Logit>
+Scan scan(const LogitRow<Logit>& row, bool collect, std::int32_t k, float* scratch) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   const std::int32_t n = row.n;
@@ -473,11 +490,11 @@ Scan scan(const LogitRow<float>& row, bool collect, std::int32_t k, float* scrat
 /// FixedSum on its coarse grid (w <= 1, and the max weighs 1: the sum is at least 1, so n
 /// roundings of 2^-41 are below 2^-24 of it for n <= 2^17). Kept: g >= view.threshold and w >= min_w. min_w > 0 is min_p: w is non-decreasing in g, so that is a value
 /// threshold too, and view.threshold becomes the lowest kept g.
-template <class Arch, Entries kEntries>
-void weights_pass(LogitView<float>& view, float min_w, float* out) {
+template <class Arch, Entries kEntries, class Logit>
+void weights_pass(LogitView<Logit>& view, float min_w, float* out) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
-  const LogitRow<float>& row = view.row;
+  const LogitRow<Logit>& row = view.row;
   const std::int32_t n = row.n;
   const B max(view.max), inv_t(view.inv_temperature), threshold(view.threshold), floor(min_w);
   // Every finite value kept: exp_weight gives masked (-inf) tokens 0 by itself.
@@ -587,7 +604,8 @@ float top_p_threshold(float* c, std::int32_t m, float max, float inv_t, float to
 
 /// min_p on candidates c[0..m) that are >= view.threshold: raises the threshold to the lowest
 /// candidate with w >= min_p.
-inline void min_p_on_candidates(LogitView<float>& view, const float* c, std::int32_t m) {
+template <class Logit>
+void min_p_on_candidates(LogitView<Logit>& view, const float* c, std::int32_t m) {
   const float min_p = view.row.params.min_p;
   if (!(min_p > 0.0f)) return;
   float lowest = view.max;  // w = 1 >= min_p at the max
@@ -602,15 +620,15 @@ inline void min_p_on_candidates(LogitView<float>& view, const float* c, std::int
 
 /// Lists the kept row indices (at most View::kMaxListed of them) in increasing order: one more
 /// pass over the cache-hot row.
-template <class Arch>
-void list_kept(LogitView<float>& view) {
+template <class Arch, class Logit>
+void list_kept(LogitView<Logit>& view) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
-  const LogitRow<float>& row = view.row;
+  const LogitRow<Logit>& row = view.row;
   FB<Arch> unused(true);
   std::int32_t count = 0;
   const auto add = [&](std::int32_t i, float g) {
-    if (g >= view.threshold && count < LogitView<float>::kMaxListed) view.kept[count++] = i;
+    if (g >= view.threshold && count < LogitView<Logit>::kMaxListed) view.kept[count++] = i;
   };
   std::int32_t i = 0;
   for (; i + W <= row.n; i += W) {
@@ -635,10 +653,10 @@ void list_kept(LogitView<float>& view) {
 /// Passes: one read of the row (max, argmax, validation, candidates); then, over the cache-hot
 /// row, the weights pass (every weight computed once, for the normaliser and every later read) or,
 /// for small kept sets, work on the candidates and a list of the kept indices.
-template <class Arch = DefaultArch>
-LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
+template <class Arch = DefaultArch, class Logit>
+LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch) {
   namespace d = logits_detail;
-  using View = LogitView<float>;
+  using View = LogitView<Logit>;
   View view;
   view.row = row;
   const SamplingParams& params = row.params;
@@ -699,11 +717,12 @@ LogitView<float> prepare(const LogitRow<float>& row, float* scratch) {
 /// The row operations through views, as core::walk asks them of a backend. Indices are
 /// target ids: a view over a reduced draft vocabulary is read through its target_to_draft map.
 /// argmax, draw_target and gumbel_argmax return row indices (of target rows, which have no map).
-template <class Arch = DefaultArch>
+template <class Arch = DefaultArch, class Logit = float>
 struct LogitRows {
+  static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
   std::int32_t n;  // target vocabulary size
 
-  using View = LogitView<float>;
+  using View = LogitView<Logit>;
 
   float value(const View& v, std::int32_t token) const { return logits_detail::probability(v, token); }
 
@@ -874,9 +893,9 @@ struct LogitRows {
   }
 };
 
-template <class Arch>
-Checked<std::int32_t> LogitRows<Arch>::gumbel_argmax(const View& p, std::uint64_t seed,
-                                                     std::int64_t position) const {
+template <class Arch, class Logit>
+Checked<std::int32_t> LogitRows<Arch, Logit>::gumbel_argmax(const View& p, std::uint64_t seed,
+                                                            std::int64_t position) const {
   if (!p.ok) return {-1, false};
   if (!p.has_mass() || p.greedy) return {p.argmax, true};
   std::uint32_t words[4];

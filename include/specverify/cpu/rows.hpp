@@ -76,9 +76,9 @@ struct Rows {
 /// rows of scratch, taken in turn and reused for every row the thread opens; the rest is LogitRows. A view reads the weights
 /// its pre-pass kept in its scratch row, so it is valid until the second open() after it: the walk
 /// reads a node's p and q, the last two rows it opened.
-template <class Arch = DefaultArch>
-struct OpenedLogitRows : LogitRows<Arch> {
-  using View = LogitView<float>;
+template <class Arch = DefaultArch, class Logit = float>
+struct OpenedLogitRows : LogitRows<Arch, Logit> {
+  using View = LogitView<Logit>;
   std::unique_ptr<float[]> scratch;  // [2][longest_row], not zeroed: the pre-pass writes before it reads
   std::size_t row_length;
   bool second = false;  // the scratch row the next open() takes
@@ -86,13 +86,13 @@ struct OpenedLogitRows : LogitRows<Arch> {
   SiblingRoom room;
 
   OpenedLogitRows(std::int32_t vocab_size, std::int32_t longest_row)
-      : LogitRows<Arch>{vocab_size},
+      : LogitRows<Arch, Logit>{vocab_size},
         scratch(new float[2 * static_cast<std::size_t>(longest_row)]),
         row_length(static_cast<std::size_t>(longest_row)) {}
 
-  View open(const core::LogitRow<float>& row) {
+  View open(const core::LogitRow<Logit>& row) {
     float* const mine = scratch.get() + (second ? row_length : 0);
-    core::LogitRow<float> overlaid = row;
+    core::LogitRow<Logit> overlaid = row;
     overlays[second].build(overlaid);  // lives as long as the scratch row it goes with
     second = !second;
     return prepare<Arch>(overlaid, mine);

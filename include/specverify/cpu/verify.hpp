@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "specverify/core/chain_layout.hpp"
@@ -163,12 +164,15 @@ VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Randomness
   core::validate(rule, batch, randomness, out, target_to_draft, bias_order);
   check_options(options);
   if (batch.batch_size == 0) return {};
-  const auto source = core::LogitSource<float>::of(batch, Layout::of(batch).offsets,
+  using Logit = std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_logits)>>;
+  static_assert(is_cpu_row_type<Logit>,
+                "the CPU backend reads logits rows of float, specverify::float16 or specverify::bfloat16");
+  const auto source = core::LogitSource<Logit>::of(batch, Layout::of(batch).offsets,
                                                    target_to_draft.empty() ? nullptr : target_to_draft.data(),
                                                    bias_order.data());
   const std::int32_t longest = std::max(batch.vocab_size, source.draft_vocab_size);
   return run(rule, Layout::of(batch), source, batch, randomness, out, options,
-             [&] { return OpenedLogitRows<>{batch.vocab_size, longest}; },
+             [&] { return OpenedLogitRows<DefaultArch, Logit>{batch.vocab_size, longest}; },
              [&](const core::Fault& f, std::int32_t b) { core::report_logits<Layout>(f, b, batch, source); });
 }
 
@@ -180,32 +184,33 @@ VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Randomness
 ///
 ///   specverify::SamplingParams params[B];                   // per sequence: temperature, top_k, ...
 ///   specverify::LogitsChainBatch<float> batch{B, V, offsets, drafts, target_logits, draft_logits};
+///   // rows in the model's dtype: LogitsChainBatch<specverify::bfloat16> (or float16), widened as read
 ///   batch.target_params = params;                           // draft_params: what the drafter used
 ///   auto stats = specverify::verify(specverify::Standard{}, batch, {seed, step}, out);
-template <class Rule>
-VerifyStats verify(const Rule& rule, const LogitsChainBatch<float>& batch, const Randomness& randomness,
+template <class Rule, class Logit>
+VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
                    const ChainOutput& out, const CpuOptions& options) {
   return cpu::detail::verify_logits<core::ChainLayout>(rule, batch, randomness, out, options);
 }
 
-template <class Rule>
-VerifyStats verify(const Rule& rule, const LogitsChainBatch<float>& batch, const Randomness& randomness,
+template <class Rule, class Logit>
+VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
                    const ChainOutput& out) {
   return verify(rule, batch, randomness, out, CpuOptions{});
 }
 
 /// Verifies a batch of draft trees given as logits (LogitsChainBatch's parameters, TreeBatch's
 /// layout).
-template <class Rule>
-VerifyStats verify(const Rule& rule, const LogitsTreeBatch<float>& batch, const Randomness& randomness,
+template <class Rule, class Logit>
+VerifyStats verify(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
                    const TreeOutput& out, const CpuOptions& options) {
   static_assert(!specverify::detail::has_cut<Rule>::value,
                 "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
   return cpu::detail::verify_logits<core::TreeLayout>(rule, batch, randomness, out, options);
 }
 
-template <class Rule>
-VerifyStats verify(const Rule& rule, const LogitsTreeBatch<float>& batch, const Randomness& randomness,
+template <class Rule, class Logit>
+VerifyStats verify(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
                    const TreeOutput& out) {
   return verify(rule, batch, randomness, out, CpuOptions{});
 }

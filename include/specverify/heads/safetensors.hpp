@@ -27,33 +27,10 @@ namespace specverify {
 enum class Dtype { F32, F16, BF16, other };
 
 /// IEEE binary16 -> float, exact for every value (subnormals, infinities, NaN payloads).
-inline float f16_to_float(std::uint16_t bits) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
-  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
-  const std::uint32_t mantissa = bits & 0x3ffu;
-  std::uint32_t out;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24 is exact in float (it has 24 bits of precision).
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    std::memcpy(&out, &magnitude, sizeof out);
-    out |= sign;
-  } else if (exponent == 0x1f) {
-    out = sign | 0x7f800000u | (mantissa << 13);  // inf, or NaN keeping its payload
-  } else {
-    out = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
-  }
-  float f;
-  std::memcpy(&f, &out, sizeof f);
-  return f;
-}
+inline float f16_to_float(std::uint16_t bits) { return static_cast<float>(float16{bits}); }
 
 /// bfloat16 -> float: the upper half of a float, exact by construction.
-inline float bf16_to_float(std::uint16_t bits) {
-  const std::uint32_t out = static_cast<std::uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &out, sizeof f);
-  return f;
-}
+inline float bf16_to_float(std::uint16_t bits) { return static_cast<float>(bfloat16{bits}); }
 
 /// One tensor's header entry. Offsets are relative to the start of the data section.
 struct TensorInfo {
