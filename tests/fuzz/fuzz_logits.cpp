@@ -12,7 +12,8 @@
 // with every output untouched, or each sequence's row holds its n_b accepted drafts (the input's),
 // one extra token, then kNoToken; every emitted token is in [0, V) and has processed p > 0 under
 // the row it came from (core::probability, the scalar definition, over that row prepared again);
-// every emitted token's logprob is finite and log p.
+// every emitted token's logprob is finite and log p. Rows come as float, float16 or bfloat16: a
+// 16-bit batch must give the float batch's outputs (or its message) bit for bit on the same values.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cfloat>
@@ -21,6 +22,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -112,13 +115,13 @@ struct Case {
   std::int32_t count(std::int32_t b) const { return offsets[b + 1] - offsets[b]; }
   std::int64_t rows() const { return std::int64_t{offsets[B]} + B; }
 
-  template <class Batch>
-  void fill(Batch& batch) const {
+  template <class Batch, class Logit>
+  void fill(Batch& batch, const Logit* t, const Logit* d, const Logit* u) const {
     batch.batch_size = B;
     batch.vocab_size = V;
     batch.draft_tokens = tokens.data();
-    batch.target_logits = target.data();
-    batch.draft_logits = one_hot ? nullptr : draft.data();
+    batch.target_logits = t;
+    batch.draft_logits = one_hot ? nullptr : d;
     batch.target_params = tp.data();
     batch.draft_params = dp.empty() ? nullptr : dp.data();
     if (!d2t.empty()) {
@@ -126,7 +129,7 @@ struct Case {
       batch.draft_to_target = d2t.data();
     }
     if (!unconditional.empty()) {
-      batch.unconditional_logits = unconditional.data();
+      batch.unconditional_logits = u;
       batch.unconditional_first_row = first_u.data();
       batch.guidance_scale = scales.data();
     }
@@ -142,20 +145,24 @@ struct Case {
       batch.bias_values = b_values.data();
     }
   }
-  LogitsChainBatch<float> chain() const {
-    LogitsChainBatch<float> batch;
-    fill(batch);
+  template <class Logit = float>
+  LogitsChainBatch<Logit> chain(const Logit* t, const Logit* d, const Logit* u) const {
+    LogitsChainBatch<Logit> batch;
+    fill(batch, t, d, u);
     batch.draft_offsets = offsets.data();
     return batch;
   }
-  LogitsTreeBatch<float> trees() const {
-    LogitsTreeBatch<float> batch;
-    fill(batch);
+  template <class Logit = float>
+  LogitsTreeBatch<Logit> trees(const Logit* t, const Logit* d, const Logit* u) const {
+    LogitsTreeBatch<Logit> batch;
+    fill(batch, t, d, u);
     batch.node_offsets = offsets.data();
     batch.parents = parents.data();
     batch.drafted = drafted;
     return batch;
   }
+  LogitsChainBatch<float> chain() const { return chain(target.data(), draft.data(), unconditional.data()); }
+  LogitsTreeBatch<float> trees() const { return trees(target.data(), draft.data(), unconditional.data()); }
 
   /// Target row `row` of sequence b (its local row index j) as the library builds it.
   core::LogitRow<float> target_row(std::int32_t b, std::int64_t row) const {
@@ -348,21 +355,86 @@ void check_token(const Case& c, std::int32_t b, std::int64_t row, std::int32_t t
   CHECK(std::fabs(double(logprob) - std::log(double(p))) <= 1e-4 * (1.0 + std::fabs(std::log(double(p)))), token, row);
 }
 
-template <class Rule>
-void run(const Rule& rule, Case& c) {
+/// x as float16, truncated (any rounding will do: both runs read the values it gives).
+float16 to_float16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const float a = std::fabs(x);
+  if (std::isnan(x)) return float16{static_cast<std::uint16_t>(sign | 0x7e00u)};
+  if (!(a < 65520.0f)) return float16{static_cast<std::uint16_t>(sign | 0x7c00u)};
+  if (a < 0x1p-14f) return float16{static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(a * 0x1p24f))};
+  return float16{static_cast<std::uint16_t>(sign | ((((u >> 23) & 0xffu) - 112u) << 10) | ((u >> 13) & 0x3ffu))};
+}
+bfloat16 to_bfloat16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return bfloat16{static_cast<std::uint16_t>(u >> 16)};
+}
+
+/// Rows as Logit, exactly sized; `rows` is set to the values they hold (so the float run and the
+/// reference read the same values).
+template <class Logit, class Encode>
+std::vector<Logit> narrowed(std::vector<float>& rows, Encode encode) {
+  std::vector<Logit> out;
+  out.reserve(rows.size());
+  for (float& x : rows) {
+    out.push_back(encode(x));
+    x = static_cast<float>(out.back());
+  }
+  return out;
+}
+
+/// verify over c's rows as Logit into c's outputs; whether it threw, and its message.
+template <class Rule, class Logit>
+bool call(const Rule& rule, Case& c, const Logit* t, const Logit* d, const Logit* u, std::string& message) {
   constexpr bool kChainsOnly = specverify::detail::has_cut<Rule>::value;  // SpecDecPP: no tree form
-  if (kChainsOnly && c.tree) return;
-  bool threw = false;
   try {
     if constexpr (!kChainsOnly) {
       if (c.tree) {
-        verify(rule, c.trees(), c.randomness,
+        verify(rule, c.trees(t, d, u), c.randomness,
                TreeOutput{c.out.data(), c.width, c.accepted.data(), c.nodes.data(), c.logprobs.data()});
       }
     }
-    if (!c.tree) verify(rule, c.chain(), c.randomness, ChainOutput{c.out.data(), c.width, c.accepted.data(), c.logprobs.data()});
-  } catch (const invalid_input&) {
-    threw = true;
+    if (!c.tree) verify(rule, c.chain(t, d, u), c.randomness, ChainOutput{c.out.data(), c.width, c.accepted.data(), c.logprobs.data()});
+  } catch (const invalid_input& e) {
+    message = e.what();
+    return true;
+  }
+  return false;
+}
+
+/// Rows as Logit: the float run on their values first, then the 16-bit run must match it bit for bit.
+template <class Rule, class Logit, class Encode>
+bool call_narrowed(const Rule& rule, Case& c, Encode encode) {
+  const std::vector<Logit> t = narrowed<Logit>(c.target, encode), d = narrowed<Logit>(c.draft, encode),
+                           u = narrowed<Logit>(c.unconditional, encode);
+  const Case before = c;
+  std::string float_message, message;
+  const bool float_threw = call(rule, c, c.target.data(), c.draft.data(), c.unconditional.data(), float_message);
+  const Case by_float = c;
+  c.out = before.out;
+  c.accepted = before.accepted;
+  c.nodes = before.nodes;
+  c.logprobs = before.logprobs;
+  const bool threw = call(rule, c, t.data(), d.data(), u.data(), message);
+  CHECK(threw == float_threw && message == float_message, threw, float_threw);
+  CHECK(c.out == by_float.out && c.accepted == by_float.accepted && c.nodes == by_float.nodes);
+  CHECK(c.logprobs.empty() || std::memcmp(c.logprobs.data(), by_float.logprobs.data(), c.logprobs.size() * sizeof(float)) == 0);
+  return threw;
+}
+
+enum class RowType { float32, float16, bfloat16 };
+
+template <class Rule>
+void run(const Rule& rule, Case& c, RowType rows) {
+  if (specverify::detail::has_cut<Rule>::value && c.tree) return;  // SpecDecPP: no tree form
+  std::string message;
+  bool threw = false;
+  switch (rows) {
+    case RowType::float32: threw = call(rule, c, c.target.data(), c.draft.data(), c.unconditional.data(), message); break;
+    case RowType::float16: threw = call_narrowed<Rule, float16>(rule, c, to_float16); break;
+    case RowType::bfloat16: threw = call_narrowed<Rule, bfloat16>(rule, c, to_bfloat16); break;
   }
   if (threw) {
     for (auto t : c.out) CHECK(t == kSentinel, t);
@@ -404,17 +476,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<float> scores(static_cast<std::size_t>(c.offsets.back()), 0.7f);
   static const Divergence divergences[] = {Divergence::kl_target_draft, Divergence::kl_draft_target,
                                            Divergence::js, Divergence::js_fsd, Divergence::tv};
+  const RowType rows = static_cast<RowType>(which / 50 % 3);  // the rule from which % 10, the rows from which / 50
   switch (which % 10) {
-    case 0: run(Standard{}, c); break;
-    case 1: run(Greedy{}, c); break;
-    case 2: run(Ears{a}, c); break;
-    case 3: run(Fsd{divergences[which / 10 % 5], a}, c); break;
-    case 4: run(ReducibleFsd{divergences[which / 10 % 5], a}, c); break;
-    case 5: run(Sprinter{std::min(a, 1.0f), scores.data()}, c); break;
-    case 6: run(Coupled{}, c); break;
-    case 7: run(SpecDecPP<Standard>{a, scores.data(), {}}, c); break;
-    case 8: run(TypicalAcceptance{std::min(a, 1.0f), 0.3f}, c); break;
-    default: run(Standard{}, c); break;
+    case 0: run(Standard{}, c, rows); break;
+    case 1: run(Greedy{}, c, rows); break;
+    case 2: run(Ears{a}, c, rows); break;
+    case 3: run(Fsd{divergences[which / 10 % 5], a}, c, rows); break;
+    case 4: run(ReducibleFsd{divergences[which / 10 % 5], a}, c, rows); break;
+    case 5: run(Sprinter{std::min(a, 1.0f), scores.data()}, c, rows); break;
+    case 6: run(Coupled{}, c, rows); break;
+    case 7: run(SpecDecPP<Standard>{a, scores.data(), {}}, c, rows); break;
+    case 8: run(TypicalAcceptance{std::min(a, 1.0f), 0.3f}, c, rows); break;
+    default: run(Standard{}, c, rows); break;
   }
   return 0;
 }
