@@ -91,9 +91,9 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
     _expect_dtype("target", target, torch, "float32")
     if draft is not None:
         shape = _shape("draft", draft, 3)
-        if shape[:2] != (B, K) or (params is None and shape[2] != V):
-            raise _core.InvalidInput(f"specverify: draft has shape {shape}, but draft_token_ids {(B, K)} needs "
-                                     f"[{B}, {K}, {'V' if params is not None else V}]")
+        if shape != (B, K, V):
+            raise _core.InvalidInput(f"specverify: draft has shape {shape}, but draft_token_ids {(B, K)} and target "
+                                     f"need [{B}, {K}, {V}]")
         _expect_dtype("draft", draft, torch, "float32")
     for name, a in (("draft_token_ids", draft_token_ids), ("target", target), ("draft", draft),
                     ("num_draft_tokens", num_draft_tokens)):
@@ -118,7 +118,7 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
     tokens_in = np.where(np.arange(K) < counts[:, None], ids, 0).astype(np.int32).reshape(-1)
     offsets = np.arange(B + 1, dtype=np.int32) * K
     p = _rows("target", target, torch, B * (K + 1), V)
-    q = None if draft is None else _rows("draft", draft, torch, B * K, draft.shape[2])
+    q = None if draft is None else _rows("draft", draft, torch, B * K, V)
     if params is None:
         batch = _core.ChainBatch(draft_offsets=offsets, draft_tokens=tokens_in, target_probs=p, draft_probs=q)
     else:
