@@ -43,6 +43,7 @@ from specverify._core import (
     sample,
     verify,
 )
+from specverify import padded
 
 __version__ = "0.1.0"
 
@@ -119,6 +120,7 @@ __all__ = [
     "TreeOutput",
     "VerifyStats",
     "kNoToken",
+    "padded",
     "sample",
     "sampling_params",
     "verify",

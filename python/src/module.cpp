@@ -330,6 +330,7 @@ void bind_module(py::module_& m) {
                              ", max_threads=" + name(max_threads));
       },
       "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(), "max_threads"_a = 0);
+  bind_padded(m);
 
   m.def(
       "sample",

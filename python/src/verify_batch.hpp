@@ -60,4 +60,7 @@ VerifyStats verify_trees(py::handle rule, const PyTreeBatch& batch, const PyRand
 VerifyStats verify_logits_trees(py::handle rule, const PyLogitsTreeBatch& batch, const PyRandomness& randomness,
                                 const PyTreeOutput& out, const py::int_& max_threads);
 
+/// Binds _verify_padded and _accept_uniforms, the C++ half of specverify.padded.
+void bind_padded(py::module_& m);
+
 }  // namespace specverify::python

@@ -10,7 +10,8 @@ README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 # What each example prints, in order.
 EXPECTED = ["[3 3] 6",                              # chains: q = p, every draft accepted
             "[ 7  7 -1 -1] [3 1]",                  # logits: top_k = 1 removes the draft 2
-            "[[5 6 0]] [[ 1  2 -1]]"]               # trees: the second child, then its child
+            "[[5 6 0]] [[ 1  2 -1]]",               # trees: the second child, then its child
+            "[ 4  5  3 -1] [3 2]"]                  # padded: q = p, every draft up to each count
 
 
 def test_readme_examples():

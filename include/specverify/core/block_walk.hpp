@@ -61,7 +61,8 @@ template <class Rule, class Layout, class Source, class Rows>
 SPECVERIFY_HD WalkResult block_walk(const Rule&, const Layout& layout, const Source& source,
                                     const Randomness& randomness, std::int32_t b, Rows& rows,
                                     float* logprobs) {
-  static_assert(std::is_same<Layout, ChainLayout>::value,
+  // A chain layout: ChainLayout, or one that walks fewer of its drafts (python/src/verify_padded.cpp).
+  static_assert(std::is_base_of<ChainLayout, Layout>::value,
                 "Block verification decides a chain jointly and is defined on chains only "
                 "(API.md \"Block verification\"): verify it with a ChainBatch, not a TreeBatch");
   using View = decltype(rows.open(source.target_row(b, 0)));

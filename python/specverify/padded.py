@@ -1,0 +1,198 @@
+"""Verification in the padded shapes engines already hold: draft_token_ids [B, K], target rows
+[B, K+1, V], draft rows [B, K, V] (API.md "Padded functions (Python)").
+
+The rows are read in place, never copied: a sequence that drafted fewer than K tokens keeps its
+rows where the padded tensor has them. The tokens are those the ragged API (sv.verify on a
+ChainBatch or LogitsChainBatch holding the same rows) gives for the same seed and offset.
+
+    tokens, num_accepted = sv.padded.verify(sv.Standard(), draft_token_ids, target_probs, draft_probs)
+"""
+import numpy as np
+
+from specverify import _core
+
+
+def _torch_module(*arrays):
+    """torch where any of `arrays` is a torch tensor (the outputs are then tensors), else None."""
+    for a in arrays:
+        if type(a).__module__.split(".")[0] == "torch":
+            import torch
+            return torch
+    return None
+
+
+def _shape(name, a, ndim):
+    """`a`'s shape, checked to have `ndim` dimensions (InvalidInput naming `name`)."""
+    shape = getattr(a, "shape", None)
+    if shape is None:
+        raise TypeError(f"specverify: {name} must be a NumPy array or a CPU tensor, got {type(a).__name__}")
+    if len(shape) != ndim:
+        raise _core.InvalidInput(f"specverify: {name} must have {ndim} dimensions, got shape {tuple(shape)}")
+    return tuple(int(n) for n in shape)
+
+
+def _expect_dtype(name, a, torch, expected):
+    """TypeError naming `name` unless `a` holds `expected` (a NumPy dtype name): never converted."""
+    got = str(a.dtype)
+    if (torch is not None and got == f"torch.{expected}") or got == expected:
+        return
+    raise TypeError(f"specverify: {name} must hold {expected}, got {got} (arrays are never converted or copied)")
+
+
+def _expect_cpu(name, a):
+    device = getattr(a, "device", None)
+    if device is not None and str(device) != "cpu":
+        raise _core.InvalidInput(f"specverify: {name} must be on the CPU in this build, got device {device}")
+
+
+def _rows(name, a, torch, rows, vocab):
+    """The [B, n, V] tensor `a` as a [B n, V] view of the same memory, or InvalidInput where its
+    rows are not evenly spaced (a view would then need a copy)."""
+    if torch is not None and isinstance(a, torch.Tensor):
+        try:
+            return a.view(rows, vocab)
+        except RuntimeError:
+            pass
+    else:
+        flat = a.view()
+        try:
+            flat.shape = (rows, vocab)  # raises instead of copying
+            return flat
+        except AttributeError:
+            pass
+    raise _core.InvalidInput(f"specverify: {name}: its rows must be evenly spaced (stride(0) == "
+                             f"shape[1] * stride(1)) to be read in place")
+
+
+def _as_numpy(a):
+    return a.numpy() if hasattr(a, "numpy") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, params=None, seed=0, offset=0,
+           sequence_seeds=None, max_threads=0):
+    """Verifies B padded draft chains with `rule`; returns new int32 arrays (tensors for tensor
+    inputs) `tokens` [B, K+1] (accepted drafts, the extra token, then -1) and `num_accepted` [B].
+
+    draft_token_ids int32 [B, K]; target float32 [B, K+1, V]: probabilities p, or logits when
+    `params` (an array of SamplingParams.dtype, [B]) is given; draft float32 [B, K, V] likewise
+    (q; logits share the target's parameters), or None for one-hot drafts; num_draft_tokens int32
+    [B], each in [0, K] (default K): sequence b's drafts past it, and their rows, are not read.
+    A rule's per-draft arrays (Sprinter.verifier_scores, SpecDecPP.accept_probs) are indexed like
+    draft_token_ids.reshape(-1). Raises InvalidInput (or TypeError for a wrong dtype) naming the
+    argument, like sv.verify.
+    """
+    torch = _torch_module(draft_token_ids, target, draft, num_draft_tokens)
+    B, K = _shape("draft_token_ids", draft_token_ids, 2)
+    _expect_dtype("draft_token_ids", draft_token_ids, torch, "int32")
+    Bt, rows, V = _shape("target", target, 3)
+    if (Bt, rows) != (B, K + 1):
+        raise _core.InvalidInput(f"specverify: target has shape {(Bt, rows, V)}, but draft_token_ids {(B, K)} "
+                                 f"needs [{B}, {K + 1}, V]")
+    _expect_dtype("target", target, torch, "float32")
+    if draft is not None:
+        shape = _shape("draft", draft, 3)
+        if shape != (B, K, V):
+            raise _core.InvalidInput(f"specverify: draft has shape {shape}, but draft_token_ids {(B, K)} and target "
+                                     f"need [{B}, {K}, {V}]")
+        _expect_dtype("draft", draft, torch, "float32")
+    for name, a in (("draft_token_ids", draft_token_ids), ("target", target), ("draft", draft),
+                    ("num_draft_tokens", num_draft_tokens)):
+        if a is not None:
+            _expect_cpu(name, a)
+
+    if num_draft_tokens is None:
+        counts = np.full(B, K, np.int32)
+    else:
+        if _shape("num_draft_tokens", num_draft_tokens, 1) != (B,):
+            raise _core.InvalidInput(f"specverify: num_draft_tokens has shape {tuple(num_draft_tokens.shape)}, "
+                                     f"but it needs one count per sequence ({B})")
+        _expect_dtype("num_draft_tokens", num_draft_tokens, torch, "int32")
+        counts = _as_numpy(num_draft_tokens)
+        bad = np.flatnonzero((counts < 0) | (counts > K))
+        if bad.size:
+            b = int(bad[0])
+            raise _core.InvalidInput(f"specverify: num_draft_tokens[{b}] = {int(counts[b])} must be in [0, {K}]")
+
+    # The drafts past each count are not verified; zeros keep the batch's token check off them.
+    ids = _as_numpy(draft_token_ids)
+    tokens_in = np.where(np.arange(K) < counts[:, None], ids, 0).astype(np.int32).reshape(-1)
+    offsets = np.arange(B + 1, dtype=np.int32) * K
+    p = _rows("target", target, torch, B * (K + 1), V)
+    q = None if draft is None else _rows("draft", draft, torch, B * K, V)
+    if params is None:
+        batch = _core.ChainBatch(draft_offsets=offsets, draft_tokens=tokens_in, target_probs=p, draft_probs=q)
+    else:
+        batch = _core.LogitsChainBatch(draft_offsets=offsets, draft_tokens=tokens_in, target_logits=p,
+                                       draft_logits=q, target_params=params)
+    if torch is not None:
+        tokens = torch.empty((B, K + 1), dtype=torch.int32)
+        num_accepted = torch.empty(B, dtype=torch.int32)
+    else:
+        tokens = np.empty((B, K + 1), np.int32)
+        num_accepted = np.empty(B, np.int32)
+    randomness = _core.Randomness(seed=seed, offset=offset, sequence_seeds=sequence_seeds)
+    _core._verify_padded(rule, batch, counts, randomness,
+                         _core.ChainOutput(tokens=tokens, num_accepted=num_accepted), max_threads=max_threads)
+    return tokens, num_accepted
+
+
+def _integer(name, value):
+    """A seed or offset given as an int or a one-element tensor (FlashInfer takes both)."""
+    if hasattr(value, "numel"):
+        if value.numel() != 1:
+            raise _core.InvalidInput(f"specverify: {name} must hold one value, got shape {tuple(value.shape)}")
+        return int(value.item())
+    return int(value)
+
+
+def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe_output_accepted_token_num=None,
+                               maybe_output_emitted_draft_token_num=None, deterministic=True, generator=None,
+                               seed=None, offset=None):
+    """A drop-in for flashinfer.sampling.chain_speculative_sampling (Standard speculative sampling,
+    Leviathan et al.): the same arguments and outputs, on CPU arrays here.
+
+    draft_probs float32 [B, K, V] (q), draft_token_ids int32 [B, K], target_probs float32
+    [B, K+1, V] (p). Returns (output_token_ids int32 [B, K+1]: the accepted drafts, the extra
+    token, then -1; output_accepted_token_num int32 [B]: the drafts that pass their test
+    u q(x) < p(x) each on its own, the chain's first rejection ignored; output_emitted_draft_token_num
+    int32 [B]: the drafts emitted). The two counts are added to the maybe_output_* tensors in place
+    where given (so they can count over steps), as FlashInfer does, else start from zero.
+
+    Identical to FlashInfer: names, shapes, dtypes, outputs, and the law of the tokens (each
+    emitted sequence follows p exactly). Different: the uniforms come from specverify's Philox
+    streams keyed by (seed, offset, sequence, position), so the tokens themselves differ from
+    FlashInfer's for the same seed; the results never depend on `deterministic` (accepted for
+    compatibility). seed and offset (ints or one-element tensors) fix the stream; where seed is
+    None it is drawn from `generator` (or torch's or NumPy's default generator), and offset
+    defaults to 0.
+    """
+    torch = _torch_module(draft_probs, draft_token_ids, target_probs)
+    if seed is None:
+        if torch is not None:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        else:
+            seed = int(np.random.randint(0, 2**62, dtype=np.int64))
+    seed = _integer("seed", seed)
+    offset = 0 if offset is None else _integer("offset", offset)
+    tokens, emitted = verify(_core.Standard(), draft_token_ids, target_probs, draft_probs, seed=seed, offset=offset)
+
+    B, K = tokens.shape[0], tokens.shape[1] - 1
+    # Every position's own test, on the uniforms verify used (the same float arithmetic).
+    u = _core._accept_uniforms(_core.Randomness(seed=seed, offset=offset), B, K)
+    ids = _as_numpy(draft_token_ids).astype(np.int64)[:, :, None]
+    p_x = np.take_along_axis(_as_numpy(target_probs)[:, :K], ids, axis=2)[:, :, 0]
+    q_x = np.take_along_axis(_as_numpy(draft_probs), ids, axis=2)[:, :, 0] if draft_probs is not None else 1.0
+    passed = (u * q_x < p_x).sum(axis=1).astype(np.int32)
+    if torch is not None:
+        passed = torch.from_numpy(passed)
+
+    def counted(given, values, name):
+        if given is None:
+            return values
+        if tuple(given.shape) != (B,):
+            raise _core.InvalidInput(f"specverify: {name} has shape {tuple(given.shape)}, but it needs [{B}]")
+        given += values
+        return given
+
+    return (tokens, counted(maybe_output_accepted_token_num, passed, "maybe_output_accepted_token_num"),
+            counted(maybe_output_emitted_draft_token_num, emitted, "maybe_output_emitted_draft_token_num"))

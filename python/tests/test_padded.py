@@ -1,0 +1,266 @@
+"""specverify.padded: the padded shapes ([B, K] drafts, [B, K+1, V] target rows) against the ragged
+API token for token, errors naming the argument, and the FlashInfer-shaped wrapper's law."""
+import numpy as np
+import pytest
+import specverify as sv
+
+from conftest import as_numpy, chi_square, chi_square_bound, normalised, to
+
+# (rule factory given a per-draft array laid out like the drafts it is verified with, name)
+RULES = [
+    (lambda a: sv.Standard(), "standard"),
+    (lambda a: sv.Greedy(), "greedy"),
+    (lambda a: sv.Block(), "block"),
+    (lambda a: sv.Ears(beta=0.3), "ears"),
+    (lambda a: sv.Fsd(divergence=sv.Divergence.js, threshold=0.35), "fsd"),
+    (lambda a: sv.ReducibleFsd(divergence=sv.Divergence.tv, threshold=0.5), "rfsd"),
+    (lambda a: sv.Sprinter(eta=0.6, verifier_scores=a), "sprinter"),
+    (lambda a: sv.SpecDecPP(threshold=0.7, accept_probs=a, inner=sv.Standard()), "specdecpp"),
+]
+
+
+class Padded:
+    """B padded chains of K slots over V tokens: p [B, K+1, V] and q [B, K, V] (probabilities, or
+    logits with params), drafts [B, K] with -1 past each count, and NaN in every row past it (rows
+    that must not be read)."""
+
+    def __init__(self, rng, counts, K, V, one_hot=False, logits=False):
+        self.counts = np.asarray(counts, np.int32)
+        self.B, self.K, self.V = len(self.counts), K, V
+        B = self.B
+        if logits:
+            self.p = (rng.standard_normal((B, K + 1, V)) * 3).astype(np.float32)
+            self.q = None if one_hot else (self.p[:, :K] + rng.standard_normal((B, K, V))).astype(np.float32)
+            self.params = sv.sampling_params(B, temperature=rng.choice([0.0, 0.8, 1.0], B),
+                                             top_k=rng.choice([0, 5], B), top_p=rng.choice([1.0, 0.9], B))
+            weights = np.exp(self.p[:, :K] - self.p[:, :K].max(axis=2, keepdims=True))
+        else:
+            # Peaked p and q near p, so that every rule accepts some drafts and rejects others.
+            p = normalised(rng.gamma(0.3, size=(B * (K + 1), V)) ** 3)
+            self.p = p.reshape(B, K + 1, V)
+            self.q = None if one_hot else normalised(self.p[:, :K].reshape(-1, V) + rng.gamma(0.3, size=(B * K, V)) * 0.2
+                                                     ).reshape(B, K, V)
+            self.params = None
+            weights = self.p[:, :K] if self.q is None else self.q
+        w = np.asarray(weights, np.float64).reshape(-1, V) + 1e-12
+        self.ids = np.array([rng.choice(V, p=r / r.sum()) for r in w], np.int32).reshape(B, K)
+        self.scores = rng.random((B, K), dtype=np.float32)
+        self.ids[np.arange(K) >= self.counts[:, None]] = -1
+        for b, k in enumerate(self.counts):
+            self.p[b, k + 1:] = np.nan
+            if self.q is not None:
+                self.q[b, k:] = np.nan
+
+    def ragged(self, rule_of, seed, offset, seeds):
+        """The ragged API on the same rows (copied into its packed layout)."""
+        keep = [slice(0, int(k)) for k in self.counts]
+        offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int32)
+        tokens = np.concatenate([self.ids[b, s] for b, s in enumerate(keep)] + [np.zeros(0, np.int32)])
+        p = np.concatenate([self.p[b, : s.stop + 1] for b, s in enumerate(keep)])
+        q = None if self.q is None else np.concatenate([self.q[b, s] for b, s in enumerate(keep)] +
+                                                       [np.zeros((0, self.V), np.float32)])
+        scores = np.concatenate([self.scores[b, s] for b, s in enumerate(keep)] + [np.zeros(0, np.float32)])
+        if self.params is None:
+            batch = sv.ChainBatch(draft_offsets=offsets, draft_tokens=tokens, target_probs=p, draft_probs=q)
+        else:
+            batch = sv.LogitsChainBatch(draft_offsets=offsets, draft_tokens=tokens, target_logits=p, draft_logits=q,
+                                        target_params=self.params)
+        out = sv.ChainOutput(tokens=np.full((self.B, self.K + 1), 777, np.int32),
+                             num_accepted=np.full(self.B, 777, np.int32))
+        sv.verify(rule_of(scores), batch, sv.Randomness(seed=seed, offset=offset, sequence_seeds=seeds), out)
+        return out.tokens, out.num_accepted
+
+    def padded(self, module, rule_of, seed, offset, seeds, counts=True):
+        def arg(a):
+            return None if a is None else to(module, a)
+        return sv.padded.verify(rule_of(self.scores.reshape(-1)), arg(self.ids), arg(self.p), arg(self.q),
+                                arg(self.counts) if counts else None, params=self.params, seed=seed, offset=offset,
+                                sequence_seeds=seeds)
+
+
+def counts_for(rng, B, K):
+    """Random counts in [0, K], with 0 and K among them where B allows."""
+    counts = rng.integers(0, K + 1, B)
+    counts[: min(B, 2)] = [K, 0][: min(B, 2)]
+    return rng.permutation(counts)
+
+
+@pytest.mark.parametrize("make_rule, name", RULES, ids=[n for _, n in RULES])
+@pytest.mark.parametrize("one_hot", [False, True], ids=["q", "one-hot"])
+@pytest.mark.parametrize("logits", [False, True], ids=["probs", "logits"])
+@pytest.mark.parametrize("per_sequence", [False, True], ids=["seed", "sequence_seeds"])
+def test_tokens_match_ragged(rng, module, make_rule, name, one_hot, logits, per_sequence):
+    K, V = 5, 40
+    for B in (1, 2, 23):
+        c = Padded(rng, counts_for(rng, B, K), K, V, one_hot=one_hot, logits=logits)
+        seeds = rng.integers(0, 2**63, B, dtype=np.uint64) if per_sequence else None
+        before = [a.copy() for a in (c.ids, c.p, c.q, c.counts) if a is not None]
+        expected = c.ragged(make_rule, 11, 3, seeds)
+        got = c.padded(module, make_rule, 11, 3, seeds)
+        assert type(got[0]) is type(to(module, c.ids)) and type(got[1]) is type(got[0])
+        assert tuple(got[0].shape) == (B, K + 1) and tuple(got[1].shape) == (B,)
+        np.testing.assert_array_equal(as_numpy(got[0]), expected[0])
+        np.testing.assert_array_equal(as_numpy(got[1]), expected[1])
+        after = [a for a in (c.ids, c.p, c.q, c.counts) if a is not None]
+        assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(before, after))
+
+
+def test_outputs_padded_with_minus_one(rng, module):
+    c = Padded(rng, [3, 0, 2, 3], 3, 16)
+    tokens, accepted = map(as_numpy, c.padded(module, lambda a: sv.Standard(), 5, 0, None))
+    for b in range(c.B):
+        n = accepted[b]
+        assert 0 <= n <= c.counts[b]
+        np.testing.assert_array_equal(tokens[b, :n], c.ids[b, :n])
+        assert 0 <= tokens[b, n] < c.V
+        assert (tokens[b, n + 1:] == -1).all()
+
+
+def test_default_counts_are_k(rng, module):
+    c = Padded(rng, [4] * 6, 4, 32)
+    rule = lambda a: sv.Ears(beta=0.2)  # noqa: E731
+    with_counts = c.padded(module, rule, 2, 9, None)
+    without = c.padded(module, rule, 2, 9, None, counts=False)
+    for x, y in zip(with_counts, without):
+        np.testing.assert_array_equal(as_numpy(x), as_numpy(y))
+
+
+def test_new_outputs_every_call(rng):
+    c = Padded(rng, [2, 1], 2, 8)
+    first = c.padded(np, lambda a: sv.Standard(), 1, 0, None)
+    second = c.padded(np, lambda a: sv.Standard(), 1, 0, None)
+    assert not np.shares_memory(first[0], second[0]) and not np.shares_memory(first[1], second[1])
+
+
+def test_rows_read_in_place(rng, module):
+    """Rows embedded in wider ones, with evenly spaced rows, are viewed; unevenly spaced ones
+    (a slice of the row axis) would need a copy and are refused, naming the argument."""
+    c = Padded(rng, [3, 1, 2], 3, 24)
+    wide = np.full((c.B, c.K + 1, c.V + 7), np.nan, np.float32)
+    wide[:, :, : c.V] = c.p
+    expected = c.ragged(lambda a: sv.Standard(), 4, 1, None)
+    got = sv.padded.verify(sv.Standard(), to(module, c.ids), to(module, wide)[:, :, : c.V], to(module, c.q),
+                           to(module, c.counts), seed=4, offset=1)
+    np.testing.assert_array_equal(as_numpy(got[0]), expected[0])
+    tall = np.zeros((c.B, c.K + 3, c.V), np.float32)
+    tall[:, : c.K + 1] = c.p
+    with pytest.raises(sv.InvalidInput, match="target"):
+        sv.padded.verify(sv.Standard(), to(module, c.ids), to(module, tall)[:, : c.K + 1], to(module, c.q),
+                         to(module, c.counts))
+
+
+def test_coupled_needs_positions(rng):
+    c = Padded(rng, [2, 2], 2, 8)
+    with pytest.raises(sv.InvalidInput, match="positions"):
+        sv.padded.verify(sv.Coupled(), c.ids, c.p, c.q, c.counts)
+
+
+def test_errors_name_the_argument(rng, module):
+    c = Padded(rng, [2, 1, 2], 2, 8)
+    ids, p, q, counts = (to(module, a) for a in (c.ids, c.p, c.q, c.counts))
+    std = sv.Standard()
+    cases = [
+        (TypeError, "draft_token_ids", dict(draft_token_ids=to(module, c.ids.astype(np.int64)))),
+        (TypeError, "target", dict(target=to(module, c.p.astype(np.float64)))),
+        (TypeError, "draft", dict(draft=to(module, c.q.astype(np.float64)))),
+        (TypeError, "num_draft_tokens", dict(num_draft_tokens=to(module, c.counts.astype(np.int64)))),
+        (sv.InvalidInput, "draft_token_ids", dict(draft_token_ids=to(module, c.ids.reshape(-1)))),
+        (sv.InvalidInput, "target", dict(target=to(module, np.ascontiguousarray(c.p[:, :2])))),
+        (sv.InvalidInput, "target", dict(target=to(module, np.ascontiguousarray(c.p[:2])))),
+        (sv.InvalidInput, "draft", dict(draft=to(module, np.ascontiguousarray(c.q[:, :, :5])))),
+        (sv.InvalidInput, "draft", dict(draft=to(module, c.q[0]))),
+        (sv.InvalidInput, "num_draft_tokens", dict(num_draft_tokens=to(module, c.counts[:2].copy()))),
+        (sv.InvalidInput, r"num_draft_tokens\[1\] = 3", dict(num_draft_tokens=to(module, np.array([2, 3, 0], np.int32)))),
+        (sv.InvalidInput, r"num_draft_tokens\[2\] = -1", dict(num_draft_tokens=to(module, np.array([2, 0, -1], np.int32)))),
+    ]
+    for error, name, change in cases:
+        args = dict(draft_token_ids=ids, target=p, draft=q, num_draft_tokens=counts)
+        args.update(change)
+        with pytest.raises(error, match=name):
+            sv.padded.verify(std, **args)
+    bad = c.ids.copy()
+    bad[0, 0] = c.V  # a draft within its count is checked like every ragged draft
+    with pytest.raises(sv.InvalidInput, match="draft"):
+        sv.padded.verify(std, to(module, bad), p, q, counts)
+    with pytest.raises(sv.InvalidInput, match="target_params"):
+        sv.padded.verify(std, ids, p, q, counts, params=sv.sampling_params(2))
+
+
+def test_empty_batch_and_no_drafts(rng, module):
+    tokens, accepted = sv.padded.verify(sv.Standard(), to(module, np.zeros((0, 3), np.int32)),
+                                        to(module, np.zeros((0, 4, 5), np.float32)))
+    assert tuple(tokens.shape) == (0, 4) and tuple(accepted.shape) == (0,)
+    c = Padded(rng, [0, 0], 0, 6, one_hot=True)
+    tokens, accepted = map(as_numpy, c.padded(module, lambda a: sv.Standard(), 3, 0, None))
+    expected = c.ragged(lambda a: sv.Standard(), 3, 0, None)
+    np.testing.assert_array_equal(tokens, expected[0])
+    assert (accepted == 0).all()
+
+
+# --- chain_speculative_sampling (FlashInfer's names and outputs) ---
+
+def test_flashinfer_tokens_are_standard(rng, module):
+    c = Padded(rng, [4] * 9, 4, 30)
+    tokens, passed, emitted = sv.padded.chain_speculative_sampling(to(module, c.q), to(module, c.ids), to(module, c.p),
+                                                                   seed=7, offset=2)
+    expected = sv.padded.verify(sv.Standard(), c.ids, c.p, c.q, seed=7, offset=2)
+    np.testing.assert_array_equal(as_numpy(tokens), expected[0])
+    np.testing.assert_array_equal(as_numpy(emitted), expected[1])
+    # Each position's own test, the chain's first rejection ignored: at least the emitted ones.
+    u = sv._core._accept_uniforms(sv.Randomness(seed=7, offset=2), c.B, c.K)
+    p_x = np.take_along_axis(c.p[:, :4], c.ids[:, :, None].astype(np.int64), 2)[:, :, 0]
+    q_x = np.take_along_axis(c.q, c.ids[:, :, None].astype(np.int64), 2)[:, :, 0]
+    np.testing.assert_array_equal(as_numpy(passed), (u * q_x < p_x).sum(axis=1))
+    assert (as_numpy(passed) >= as_numpy(emitted)).all()
+    # The uniforms are verify's: position j of a sequence that reached it passed iff it was accepted.
+    for b in range(c.B):
+        n = expected[1][b]
+        assert ((u[b, :n] * q_x[b, :n]) < p_x[b, :n]).all()
+        if n < c.K:
+            assert not u[b, n] * q_x[b, n] < p_x[b, n]
+
+
+def test_flashinfer_counts_accumulate_in_place(rng, module):
+    c = Padded(rng, [3] * 5, 3, 12)
+    acc = to(module, np.zeros(5, np.int32))
+    emi = to(module, np.zeros(5, np.int32))
+    total_passed = np.zeros(5, np.int32)
+    total_emitted = np.zeros(5, np.int32)
+    for step in range(3):
+        _, passed, emitted = sv.padded.chain_speculative_sampling(to(module, c.q), to(module, c.ids), to(module, c.p),
+                                                                  acc, emi, seed=1, offset=step)
+        assert passed is acc and emitted is emi
+        _, p1, e1 = sv.padded.chain_speculative_sampling(c.q, c.ids, c.p, seed=1, offset=step)
+        total_passed += p1
+        total_emitted += e1
+    np.testing.assert_array_equal(as_numpy(acc), total_passed)
+    np.testing.assert_array_equal(as_numpy(emi), total_emitted)
+
+
+def test_flashinfer_seed_forms(rng):
+    torch = pytest.importorskip("torch")
+    c = Padded(rng, [2] * 4, 2, 10)
+    a = sv.padded.chain_speculative_sampling(torch.from_numpy(c.q), torch.from_numpy(c.ids), torch.from_numpy(c.p),
+                                             seed=torch.tensor([5]), offset=torch.tensor(1))
+    b = sv.padded.chain_speculative_sampling(c.q, c.ids, c.p, seed=5, offset=1)
+    assert all(np.array_equal(as_numpy(x), y) for x, y in zip(a, b))
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    x = sv.padded.chain_speculative_sampling(torch.from_numpy(c.q), torch.from_numpy(c.ids), torch.from_numpy(c.p),
+                                             generator=g1)
+    y = sv.padded.chain_speculative_sampling(torch.from_numpy(c.q), torch.from_numpy(c.ids), torch.from_numpy(c.p),
+                                             generator=g2)
+    assert all(torch.equal(i, j) for i, j in zip(x, y))
+
+
+def test_flashinfer_first_token_follows_p(rng):
+    """The first emitted token of each sequence follows p at the root, whatever q (lossless)."""
+    B, K, V = 20000, 3, 10
+    p0 = normalised(rng.gamma(0.5, size=(1, V)))[0]
+    q = normalised(rng.gamma(0.5, size=(K, V)))
+    target = np.broadcast_to(normalised(rng.gamma(0.5, size=(K + 1, V))), (B, K + 1, V)).copy()
+    target[:, 0] = p0
+    draft = np.broadcast_to(q, (B, K, V)).copy()
+    ids = np.stack([rng.choice(V, size=B, p=q[j].astype(np.float64) / q[j].sum()) for j in range(K)], 1).astype(np.int32)
+    tokens, _, _ = sv.padded.chain_speculative_sampling(draft, ids, target, seed=12, offset=0)
+    counts = np.bincount(tokens[:, 0], minlength=V)
+    assert chi_square(counts, p0 / p0.sum()) < chi_square_bound(V - 1)
