@@ -7,9 +7,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <specverify/specverify.hpp>
@@ -34,36 +34,6 @@ struct PaddedLayout : core::ChainLayout {
     return next > after && next < count(b) ? next : -1;
   }
 };
-
-template <class Rule>
-VerifyStats run_padded(const Rule& rule, const ChainBatch<float>& batch, const PaddedLayout& layout,
-                       const Randomness& randomness, const ChainOutput& out, const CpuOptions& options) {
-  core::validate(rule, batch, randomness, out);
-  core::check_positions<Rule>(randomness);
-  cpu::detail::check_options(options);
-  if (batch.batch_size == 0) return {};
-  return cpu::detail::run(rule, layout, core::ProbSource<float>::of(batch), batch, randomness, out, options,
-                          [&] { return cpu::Rows<>{batch.vocab_size}; },
-                          [&](const core::Fault& f, std::int32_t b) { core::report<core::ChainLayout>(f, b, batch); });
-}
-
-template <class Rule>
-VerifyStats run_padded(const Rule& rule, const LogitsChainBatch<float>& batch, const PaddedLayout& layout,
-                       const Randomness& randomness, const ChainOutput& out, const CpuOptions& options) {
-  std::vector<std::int32_t> target_to_draft, bias_order;
-  core::validate(rule, batch, randomness, out, target_to_draft, bias_order);
-  cpu::detail::check_options(options);
-  if (batch.batch_size == 0) return {};
-  const auto source = core::LogitSource<float>::of(batch, batch.draft_offsets,
-                                                   target_to_draft.empty() ? nullptr : target_to_draft.data(),
-                                                   bias_order.data());
-  const std::int32_t longest = std::max(batch.vocab_size, source.draft_vocab_size);
-  return cpu::detail::run(rule, layout, source, batch, randomness, out, options,
-                          [&] { return cpu::OpenedLogitRows<>{batch.vocab_size, longest}; },
-                          [&](const core::Fault& f, std::int32_t b) {
-                            core::report_logits<core::ChainLayout>(f, b, batch, source);
-                          });
-}
 
 /// As verify_batch, with num_draft_tokens int32 [B] (each within its sequence's slots) copied
 /// for the call like the offsets.
@@ -97,7 +67,12 @@ VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_
   const Randomness random_view = random_now.view(batch_now.batch_size, batch_now.drafts());
   return with_rule<PyBatch::kShape>(rule, batch_now.drafts(), [&](const auto& cpp_rule) {
     py::gil_scoped_release release;
-    return run_padded(cpp_rule, batch_view, layout, random_view, out_view, CpuOptions{threads});
+    const CpuOptions options{threads};
+    if constexpr (std::is_same<PyBatch, PyChainBatch>::value) {
+      return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, batch_view, layout, random_view, out_view, options);
+    } else {
+      return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, batch_view, layout, random_view, out_view, options);
+    }
   });
 }
 

@@ -98,6 +98,43 @@ VerifyStats run(const Rule& rule, const Layout& layout, const Source& source, co
   return total;
 }
 
+/// verify() over a batch of probability rows walked by `layout`: the batch's own, or one that walks
+/// fewer of its drafts (Python's padded chains); faults are worded by the batch's layout,
+/// `Reported`.
+template <class Reported, class Rule, class Batch, class Layout, class Output>
+VerifyStats verify_probs(const Rule& rule, const Batch& batch, const Layout& layout, const Randomness& randomness,
+                         const Output& out, const CpuOptions& options) {
+  core::validate(rule, batch, randomness, out);
+  core::check_positions<Rule>(randomness);
+  check_options(options);
+  if (batch.batch_size == 0) return {};
+  return run(rule, layout, core::ProbSource<float>::of(batch), batch, randomness, out, options,
+             [&] { return Rows<>{batch.vocab_size}; },
+             [&](const core::Fault& f, std::int32_t b) { core::report<Reported>(f, b, batch); });
+}
+
+/// verify() over a batch of logits walked by `layout` (as verify_probs): validation, the logits
+/// source over the inverted draft map, and rows that run each row's pre-pass into one row of
+/// scratch per thread.
+template <class Reported, class Rule, class Batch, class Layout, class Output>
+VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Layout& layout, const Randomness& randomness,
+                          const Output& out, const CpuOptions& options) {
+  using Logit = std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_logits)>>;
+  static_assert(is_cpu_row_type<Logit>,
+                "the CPU backend reads logits rows of float, specverify::float16 or specverify::bfloat16");
+  std::vector<std::int32_t> target_to_draft, bias_order;
+  core::validate(rule, batch, randomness, out, target_to_draft, bias_order);
+  check_options(options);
+  if (batch.batch_size == 0) return {};
+  const auto source = core::LogitSource<Logit>::of(batch, layout.offsets,
+                                                   target_to_draft.empty() ? nullptr : target_to_draft.data(),
+                                                   bias_order.data());
+  const std::int32_t longest = std::max(batch.vocab_size, source.draft_vocab_size);
+  return run(rule, layout, source, batch, randomness, out, options,
+             [&] { return OpenedLogitRows<DefaultArch, Logit>{batch.vocab_size, longest}; },
+             [&](const core::Fault& f, std::int32_t b) { core::report_logits<Reported>(f, b, batch, source); });
+}
+
 }  // namespace cpu::detail
 
 /// Verifies a batch of draft chains with `rule`: writes n_b accepted drafts, one more token and
@@ -110,13 +147,8 @@ VerifyStats run(const Rule& rule, const Layout& layout, const Source& source, co
 template <class Rule>
 VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                    const ChainOutput& out, const CpuOptions& options) {
-  core::validate(rule, batch, randomness, out);
-  core::check_positions<Rule>(randomness);
-  cpu::detail::check_options(options);
-  if (batch.batch_size == 0) return {};
-  return cpu::detail::run(rule, core::ChainLayout::of(batch), core::ProbSource<float>::of(batch), batch,
-                          randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; },
-                          [&](const core::Fault& f, std::int32_t b) { core::report<core::ChainLayout>(f, b, batch); });
+  return cpu::detail::verify_probs<core::ChainLayout>(rule, batch, core::ChainLayout::of(batch), randomness, out,
+                                                      options);
 }
 
 template <class Rule>
@@ -138,13 +170,8 @@ VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Random
                    const TreeOutput& out, const CpuOptions& options) {
   static_assert(!specverify::detail::has_cut<Rule>::value,
                 "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
-  core::validate(rule, batch, randomness, out);
-  core::check_positions<Rule>(randomness);
-  cpu::detail::check_options(options);
-  if (batch.batch_size == 0) return {};
-  return cpu::detail::run(rule, core::TreeLayout::of(batch), core::ProbSource<float>::of(batch), batch,
-                          randomness, out, options, [&] { return cpu::Rows<>{batch.vocab_size}; },
-                          [&](const core::Fault& f, std::int32_t b) { core::report<core::TreeLayout>(f, b, batch); });
+  return cpu::detail::verify_probs<core::TreeLayout>(rule, batch, core::TreeLayout::of(batch), randomness, out,
+                                                     options);
 }
 
 template <class Rule>
@@ -152,31 +179,6 @@ VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Random
                    const TreeOutput& out) {
   return verify(rule, batch, randomness, out, CpuOptions{});
 }
-
-namespace cpu::detail {
-
-/// verify() over a batch of logits with either layout: validation, the logits source over the
-/// inverted draft map, and rows that run each row's pre-pass into one row of scratch per thread.
-template <class Layout, class Rule, class Batch, class Output>
-VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Randomness& randomness,
-                          const Output& out, const CpuOptions& options) {
-  std::vector<std::int32_t> target_to_draft, bias_order;
-  core::validate(rule, batch, randomness, out, target_to_draft, bias_order);
-  check_options(options);
-  if (batch.batch_size == 0) return {};
-  using Logit = std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_logits)>>;
-  static_assert(is_cpu_row_type<Logit>,
-                "the CPU backend reads logits rows of float, specverify::float16 or specverify::bfloat16");
-  const auto source = core::LogitSource<Logit>::of(batch, Layout::of(batch).offsets,
-                                                   target_to_draft.empty() ? nullptr : target_to_draft.data(),
-                                                   bias_order.data());
-  const std::int32_t longest = std::max(batch.vocab_size, source.draft_vocab_size);
-  return run(rule, Layout::of(batch), source, batch, randomness, out, options,
-             [&] { return OpenedLogitRows<DefaultArch, Logit>{batch.vocab_size, longest}; },
-             [&](const core::Fault& f, std::int32_t b) { core::report_logits<Layout>(f, b, batch, source); });
-}
-
-}  // namespace cpu::detail
 
 /// Verifies a batch of draft chains given as logits: each sequence's sampling parameters (and
 /// guidance, bitmask, reduced draft vocabulary) are applied on the fly, row by row, exactly as
@@ -190,7 +192,8 @@ VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Randomness
 template <class Rule, class Logit>
 VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
                    const ChainOutput& out, const CpuOptions& options) {
-  return cpu::detail::verify_logits<core::ChainLayout>(rule, batch, randomness, out, options);
+  return cpu::detail::verify_logits<core::ChainLayout>(rule, batch, core::ChainLayout::of(batch), randomness, out,
+                                                       options);
 }
 
 template <class Rule, class Logit>
@@ -206,7 +209,8 @@ VerifyStats verify(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const 
                    const TreeOutput& out, const CpuOptions& options) {
   static_assert(!specverify::detail::has_cut<Rule>::value,
                 "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
-  return cpu::detail::verify_logits<core::TreeLayout>(rule, batch, randomness, out, options);
+  return cpu::detail::verify_logits<core::TreeLayout>(rule, batch, core::TreeLayout::of(batch), randomness, out,
+                                                      options);
 }
 
 template <class Rule, class Logit>
