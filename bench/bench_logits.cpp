@@ -146,6 +146,70 @@ void ReadPass(benchmark::State& state, bool accepted) {
   set_bytes(state, accepted);
 }
 
+/// The same logits in bfloat16, as LM heads emit them (each rounded to nearest, ties to even).
+struct Bf16Logits {
+  std::vector<bfloat16> target, rejecting_draft, accepting_draft;
+
+  static std::vector<bfloat16> rounded(const std::vector<float>& rows) {
+    std::vector<bfloat16> out(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, &rows[i], sizeof u);
+      out[i] = bfloat16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+    }
+    return out;
+  }
+  Bf16Logits()
+      : target(rounded(logits().target)), rejecting_draft(rounded(logits().rejecting_draft)),
+        accepting_draft(rounded(logits().accepting_draft)) {}
+};
+
+const Bf16Logits& bf16_logits() {
+  static const Bf16Logits l;
+  return l;
+}
+
+/// A read pass over the bfloat16 rows' bytes (read as floats: the same bytes, half the elements).
+void ReadPassBf16(benchmark::State& state, bool accepted) {
+  const Bf16Logits& l = bf16_logits();
+  const bfloat16* draft = accepted ? l.accepting_draft.data() : l.rejecting_draft.data();
+  const auto floats = [](const bfloat16* row) { return reinterpret_cast<const float*>(row); };
+  const std::int32_t rows = accepted ? kK : 1;
+  for (auto _ : state) {
+    float sum = 0;
+    for (std::int32_t b = 0; b < kB; ++b) {
+      for (std::int32_t j = 0; j < rows; ++j) {
+        sum += read_pass(floats(&l.target[at(target_row(b, j))]), kV / 2) +
+               read_pass(floats(draft + at(draft_row(b, j))), kV / 2);
+      }
+      if (accepted) sum += read_pass(floats(&l.target[at(target_row(b, kK))]), kV / 2);
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetBytesProcessed(state.iterations() * read_bytes(accepted) / 2);
+}
+
+/// The library on the bfloat16 rows, widened as read.
+void VerifyBf16(benchmark::State& state, SamplingParams params, bool accepted) {
+  Path path(accepted, params);
+  const LogitsChainBatch<float> floats = path.batch();
+  const Bf16Logits& l = bf16_logits();
+  LogitsChainBatch<bfloat16> batch;
+  batch.batch_size = floats.batch_size;
+  batch.vocab_size = floats.vocab_size;
+  batch.draft_offsets = floats.draft_offsets;
+  batch.draft_tokens = floats.draft_tokens;
+  batch.target_logits = l.target.data();
+  batch.draft_logits = accepted ? l.accepting_draft.data() : l.rejecting_draft.data();
+  batch.target_params = floats.target_params;
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const VerifyStats stats = verify(Standard{}, batch, Randomness{1, step++}, path.output(), CpuOptions{1});
+    if (stats.accepted != path.expected_accepted()) state.SkipWithError("not the path this measures");
+  }
+  state.SetBytesProcessed(state.iterations() * read_bytes(accepted) / 2);
+}
+
 /// The library: verify straight from the logits.
 void Verify(benchmark::State& state, SamplingParams params, bool accepted) {
   Path path(accepted, params);
@@ -357,6 +421,9 @@ BENCHMARK_CAPTURE(Verify, top_k_top_p/rejected, kTopKTopP, false)->Unit(benchmar
 BENCHMARK_CAPTURE(ReadPass, accepted, true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, temperature/accepted, kTemperature, true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, top_k_top_p/accepted, kTopKTopP, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(ReadPassBf16, rejected, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(VerifyBf16, temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(VerifyBf16, top_k_top_p/rejected, kTopKTopP, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Engine, temperature/rejected, kTemperature, false)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_CAPTURE(Engine, top_k_top_p/rejected, kTopKTopP, false)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK_CAPTURE(Engine, temperature/accepted, kTemperature, true)->Unit(benchmark::kMillisecond)->Iterations(3);
