@@ -8,11 +8,14 @@ non-array, InvalidInput for the rest). See API.md "Python" and the README.
     out = sv.ChainOutput(tokens=np.empty((B, K + 1), np.int32), num_accepted=np.empty(B, np.int32))
     stats = sv.verify(sv.Standard(), batch, sv.Randomness(seed=1, offset=step), out)
 
-Logits batches take each sequence's sampling parameters as a NumPy array of SamplingParams.dtype,
+Logits batches take rows of float32, float16 (NumPy or torch) or bfloat16 (torch), one dtype per
+batch, read in place in that dtype (verify emits what float32 rows of the same values give), and
+each sequence's sampling parameters as a NumPy array of SamplingParams.dtype,
 viewed in place like every other array; sampling_params() builds one. Their penalties and logit bias
 read optional per-sequence lists, ragged like the drafts: history_offsets int32 [B+1] with
 history_tokens and history_counts, bias_offsets int32 [B+1] with bias_tokens and bias_values
-(float32); sample() takes one row's history_tokens, history_counts, bias_tokens and bias_values.
+(float32); sample() takes one float32 row (its C++ counterpart reads floats) and that row's
+history_tokens, history_counts, bias_tokens and bias_values.
 """
 import numpy as np
 

@@ -21,14 +21,19 @@ namespace py = pybind11;
 
 /// Element types the C++ structs point to. Seeds also take int64 (PyTorch has no uint64) and
 /// bitmask words int32 (xgrammar's torch.int32 bitmasks): the same bits, reinterpreted in place.
-/// Sampling parameters are NumPy structured arrays of SamplingParams' layout.
-enum class Elem { int32, int64, float32, seed64, bits32, sampling_params };
+/// Sampling parameters are NumPy structured arrays of SamplingParams' layout. Logits rows take
+/// `logits`: any of float32, float16 and bfloat16 (the C++ logits batches' row types), the one
+/// found recorded in Array::elem.
+enum class Elem { int32, int64, float32, float16, bfloat16, logits, seed64, bits32, sampling_params };
 
 inline const char* elem_name(Elem elem) {
   switch (elem) {
     case Elem::int32: return "int32";
     case Elem::int64: return "int64";
     case Elem::float32: return "float32";
+    case Elem::float16: return "float16";
+    case Elem::bfloat16: return "bfloat16";
+    case Elem::logits: return "float32, float16 or bfloat16";
     case Elem::seed64: return "uint64 (or int64)";
     case Elem::bits32: return "uint32 (or int32)";
     case Elem::sampling_params: return "SamplingParams (a NumPy array of sv.SamplingParams.dtype)";
@@ -41,6 +46,8 @@ inline std::size_t elem_bytes(Elem elem) {
     case Elem::int64:
     case Elem::seed64: return 8;
     case Elem::sampling_params: return sizeof(SamplingParams);
+    case Elem::float16:
+    case Elem::bfloat16: return 2;
     default: return 4;
   }
 }
@@ -64,6 +71,7 @@ struct Array {
   void* data = nullptr;
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> strides;  // in elements
+  Elem elem = Elem::float32;          // what it holds (one of Elem::logits' types for rows)
   std::shared_ptr<void> exporter;
   py::object source;                  // what the caller passed, for attribute access
 
@@ -91,6 +99,10 @@ inline bool format_is(const char* format, Py_ssize_t itemsize, Elem elem) {
   switch (elem) {
     case Elem::int32: return itemsize == 4 && (c == 'i' || c == 'l');
     case Elem::float32: return itemsize == 4 && c == 'f';
+    case Elem::float16: return itemsize == 2 && c == 'e';
+    case Elem::bfloat16: return false;  // no buffer-protocol format: torch.bfloat16 comes through DLPack
+    case Elem::logits:
+      return format_is(format, itemsize, Elem::float32) || format_is(format, itemsize, Elem::float16);
     case Elem::int64: return itemsize == 8 && (c == 'l' || c == 'q');
     case Elem::seed64: return itemsize == 8 && (c == 'L' || c == 'Q' || c == 'l' || c == 'q');
     case Elem::bits32: return itemsize == 4 && (c == 'I' || c == 'L' || c == 'i' || c == 'l');
@@ -104,6 +116,10 @@ inline bool dtype_is(const DLDataType& t, Elem elem) {
   switch (elem) {
     case Elem::int32: return t.code == kDLInt && t.bits == 32;
     case Elem::float32: return t.code == kDLFloat && t.bits == 32;
+    case Elem::float16: return t.code == kDLFloat && t.bits == 16;
+    case Elem::bfloat16: return t.code == kDLBfloat && t.bits == 16;
+    case Elem::logits:
+      return dtype_is(t, Elem::float32) || dtype_is(t, Elem::float16) || dtype_is(t, Elem::bfloat16);
     case Elem::int64: return t.code == kDLInt && t.bits == 64;
     case Elem::seed64: return (t.code == kDLUInt || t.code == kDLInt) && t.bits == 64;
     case Elem::bits32: return (t.code == kDLUInt || t.code == kDLInt) && t.bits == 32;
@@ -153,6 +169,7 @@ inline Array from_buffer(py::handle obj, const char* name, Elem elem, bool writa
   if (writable && view->readonly) reject(name, " is read-only; verify writes into it");
   Array a;
   a.data = view->buf;
+  a.elem = elem != Elem::logits ? elem : view->itemsize == 2 ? Elem::float16 : Elem::float32;
   for (int d = 0; d < view->ndim; ++d) {
     if (view->strides[d] % view->itemsize != 0) {
       reject(name, ": stride of ", view->strides[d], " bytes is not a whole number of elements");
@@ -210,6 +227,10 @@ inline Array from_dlpack(py::handle obj, const char* name, Elem elem) {
   }
   Array a;
   a.data = static_cast<char*>(t.data) + t.byte_offset;
+  a.elem = elem != Elem::logits        ? elem
+           : t.dtype.bits == 32        ? Elem::float32
+           : t.dtype.code == kDLBfloat ? Elem::bfloat16
+                                       : Elem::float16;
   std::int64_t compact = 1;
   a.shape.assign(t.shape, t.shape + t.ndim);
   a.strides.resize(static_cast<std::size_t>(t.ndim));
@@ -262,7 +283,7 @@ inline Array as_array(py::handle obj, const char* name, Elem elem, int ndim,
     reject(name, " must have ", std::to_string(ndim), " dimension", ndim == 1 ? "" : "s",
            ", got shape ", detail::describe_shape(a.shape));
   }
-  const std::size_t align = elem_alignment(elem);
+  const std::size_t align = elem_alignment(a.elem);
   if (reinterpret_cast<std::uintptr_t>(a.data) % align != 0) {
     reject(name, ": its data is not aligned to ", std::to_string(align), " bytes");
   }

@@ -20,6 +20,27 @@ Array as_parents(py::handle obj, const PyOffsets& offsets) {
   return a;
 }
 
+/// Points a C++ row field at an array's rows, of the field's type (the dtype the array was viewed with).
+template <class T>
+void point(const T*& field, const Array& a) {
+  field = a.as<const T>();
+}
+
+/// The C++ logits batch of the rows' dtype, its fields set by fill(batch).
+template <template <class> class CppBatch, class Fill>
+RowTypes<CppBatch> of_row_type(Elem elem, Fill&& fill) {
+  const auto build = [&](auto logit) -> RowTypes<CppBatch> {
+    CppBatch<decltype(logit)> batch;
+    fill(batch);
+    return batch;
+  };
+  switch (elem) {
+    case Elem::float16: return build(float16{});
+    case Elem::bfloat16: return build(bfloat16{});
+    default: return build(float{});
+  }
+}
+
 /// "NAME holds M entries", or "NAME is None".
 std::string holds(const Array& a, const char* name) {
   if (!a.present()) return std::string(name) + " is None";
@@ -162,11 +183,13 @@ PyLogitsFields::PyLogitsFields(py::handle target_params_, py::handle draft_param
                                py::handle guidance_scale_, py::handle allowed_tokens_, py::handle history_offsets,
                                py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
                                py::handle bias_tokens, py::handle bias_values, std::int32_t batch_size,
-                               std::int32_t vocab_size, std::int64_t target_rows)
+                               std::int32_t vocab_size, std::int64_t target_rows, Elem row_elem)
     : target_params(per_sequence(target_params_, "target_params", Elem::sampling_params, batch_size, false)),
       draft_params(per_sequence(draft_params_, "draft_params", Elem::sampling_params, batch_size)),
       draft_to_target(as_array(draft_to_target_, "draft_to_target", Elem::int32, 1, false, true)),
-      unconditional_logits(as_array(unconditional_logits_, "unconditional_logits", Elem::float32, 2, false, true)),
+      unconditional_logits(with_target_dtype(
+          as_array(unconditional_logits_, "unconditional_logits", Elem::logits, 2, false, true),
+          "unconditional_logits", row_elem)),
       unconditional_first_row(per_sequence(unconditional_first_row_, "unconditional_first_row", Elem::int64, batch_size)),
       guidance_scale(per_sequence(guidance_scale_, "guidance_scale", Elem::float32, batch_size)),
       allowed_tokens(as_array(allowed_tokens_, "allowed_tokens", Elem::bits32, 2, false, true)),
@@ -222,7 +245,7 @@ void PyLogitsFields::fill(CppBatch& batch, const PyOffsets& offsets) {
   batch.draft_params = snapshot(draft_params, draft_params_copy);
   batch.draft_vocab_size = draft_vocab_size;
   batch.draft_to_target = snapshot(draft_to_target, draft_to_target_copy);
-  batch.unconditional_logits = unconditional_logits.as<const float>();
+  point(batch.unconditional_logits, unconditional_logits);
   batch.unconditional_stride = unconditional_logits.present() ? unconditional_logits.row_stride() : 0;
   batch.unconditional_first_row = first;
   batch.guidance_scale = guidance_scale.as<const float>();
@@ -235,7 +258,7 @@ void PyLogitsFields::add_inputs(std::vector<Extent>& inputs) const {
   inputs.push_back(extent_of(target_params, "target_params", Elem::sampling_params));
   inputs.push_back(extent_of(draft_params, "draft_params", Elem::sampling_params));
   inputs.push_back(extent_of(draft_to_target, "draft_to_target", Elem::int32));
-  inputs.push_back(extent_of(unconditional_logits, "unconditional_logits", Elem::float32));
+  inputs.push_back(extent_of(unconditional_logits, "unconditional_logits", unconditional_logits.elem));
   inputs.push_back(extent_of(unconditional_first_row, "unconditional_first_row", Elem::int64));
   inputs.push_back(extent_of(guidance_scale, "guidance_scale", Elem::float32));
   inputs.push_back(extent_of(allowed_tokens, "allowed_tokens", Elem::bits32));
@@ -265,13 +288,15 @@ PyLogitsChainBatch::PyLogitsChainBatch(py::handle offsets_, py::handle tokens, p
                                        py::handle bias_offsets, py::handle bias_tokens, py::handle bias_values)
     : offsets(offsets_, tokens, "draft_offsets"),
       target_logits(as_rows(target, "target_logits", drafts() + offsets.batch_size,
-                            rows_needed(drafts(), offsets.batch_size, kChainRows))),
-      draft_logits(as_rows(draft, "draft_logits", drafts(),
-                           "it needs N = " + std::to_string(drafts()) + " rows (one per draft token)", true)),
+                            rows_needed(drafts(), offsets.batch_size, kChainRows), false, Elem::logits)),
+      draft_logits(with_target_dtype(
+          as_rows(draft, "draft_logits", drafts(),
+                  "it needs N = " + std::to_string(drafts()) + " rows (one per draft token)", true, Elem::logits),
+          "draft_logits", target_logits.elem)),
       fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
              guidance_scale, allowed_tokens, history_offsets, history_tokens, history_counts, bias_offsets,
              bias_tokens, bias_values, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
-             drafts() + offsets.batch_size),
+             drafts() + offsets.batch_size, target_logits.elem),
       batch_size(offsets.batch_size),
       vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
   expect_draft_length(draft_logits, fields, vocab_size);
@@ -291,25 +316,25 @@ PyLogitsChainBatch PyLogitsChainBatch::fresh() const {
 std::vector<Extent> PyLogitsChainBatch::inputs() const {
   std::vector<Extent> inputs = {extent_of(offsets.offsets, "draft_offsets", Elem::int32),
                                 extent_of(offsets.draft_tokens, "draft_tokens", Elem::int32),
-                                extent_of(target_logits, "target_logits", Elem::float32),
-                                extent_of(draft_logits, "draft_logits", Elem::float32)};
+                                extent_of(target_logits, "target_logits", target_logits.elem),
+                                extent_of(draft_logits, "draft_logits", draft_logits.elem)};
   fields.add_inputs(inputs);
   return inputs;
 }
 
-LogitsChainBatch<float> PyLogitsChainBatch::view() {
+RowTypes<LogitsChainBatch> PyLogitsChainBatch::view() {
   offsets.snapshot();
-  LogitsChainBatch<float> b;
-  b.batch_size = batch_size;
-  b.vocab_size = vocab_size;
-  b.draft_offsets = offsets.data();
-  b.draft_tokens = offsets.tokens();
-  b.target_logits = target_logits.as<const float>();
-  b.draft_logits = draft_logits.as<const float>();
-  b.target_stride = target_logits.row_stride();
-  b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
-  fields.fill(b, offsets);
-  return b;
+  return of_row_type<LogitsChainBatch>(target_logits.elem, [&](auto& b) {
+    b.batch_size = batch_size;
+    b.vocab_size = vocab_size;
+    b.draft_offsets = offsets.data();
+    b.draft_tokens = offsets.tokens();
+    point(b.target_logits, target_logits);
+    point(b.draft_logits, draft_logits);
+    b.target_stride = target_logits.row_stride();
+    b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
+    fields.fill(b, offsets);
+  });
 }
 
 PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens,
@@ -323,15 +348,17 @@ PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents
     : offsets(node_offsets, tokens, "node_offsets"),
       parents(as_parents(parents_, offsets)),
       target_logits(as_rows(target, "target_logits", drafts() + offsets.batch_size,
-                            rows_needed(drafts(), offsets.batch_size, kTreeRows))),
-      draft_logits(as_rows(draft, "draft_logits", drafts() + offsets.batch_size,
-                           rows_needed(drafts(), offsets.batch_size, kTreeRows) + ", laid out like target_logits",
-                           true)),
+                            rows_needed(drafts(), offsets.batch_size, kTreeRows), false, Elem::logits)),
+      draft_logits(with_target_dtype(
+          as_rows(draft, "draft_logits", drafts() + offsets.batch_size,
+                  rows_needed(drafts(), offsets.batch_size, kTreeRows) + ", laid out like target_logits", true,
+                  Elem::logits),
+          "draft_logits", target_logits.elem)),
       drafted(drafted_),
       fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
              guidance_scale, allowed_tokens, history_offsets, history_tokens, history_counts, bias_offsets,
              bias_tokens, bias_values, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
-             drafts() + offsets.batch_size),
+             drafts() + offsets.batch_size, target_logits.elem),
       batch_size(offsets.batch_size),
       vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
   expect_draft_length(draft_logits, fields, vocab_size);
@@ -352,27 +379,27 @@ std::vector<Extent> PyLogitsTreeBatch::inputs() const {
   std::vector<Extent> inputs = {extent_of(offsets.offsets, "node_offsets", Elem::int32),
                                 extent_of(parents, "parents", Elem::int32),
                                 extent_of(offsets.draft_tokens, "draft_tokens", Elem::int32),
-                                extent_of(target_logits, "target_logits", Elem::float32),
-                                extent_of(draft_logits, "draft_logits", Elem::float32)};
+                                extent_of(target_logits, "target_logits", target_logits.elem),
+                                extent_of(draft_logits, "draft_logits", draft_logits.elem)};
   fields.add_inputs(inputs);
   return inputs;
 }
 
-LogitsTreeBatch<float> PyLogitsTreeBatch::view() {
+RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::view() {
   offsets.snapshot();
-  LogitsTreeBatch<float> b;
-  b.batch_size = batch_size;
-  b.vocab_size = vocab_size;
-  b.node_offsets = offsets.data();
-  b.parents = snapshot(parents, parents_copy);
-  b.draft_tokens = offsets.tokens();
-  b.target_logits = target_logits.as<const float>();
-  b.draft_logits = draft_logits.as<const float>();
-  b.target_stride = target_logits.row_stride();
-  b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
-  b.drafted = drafted;
-  fields.fill(b, offsets);
-  return b;
+  return of_row_type<LogitsTreeBatch>(target_logits.elem, [&](auto& b) {
+    b.batch_size = batch_size;
+    b.vocab_size = vocab_size;
+    b.node_offsets = offsets.data();
+    b.parents = snapshot(parents, parents_copy);
+    b.draft_tokens = offsets.tokens();
+    point(b.target_logits, target_logits);
+    point(b.draft_logits, draft_logits);
+    b.target_stride = target_logits.row_stride();
+    b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
+    b.drafted = drafted;
+    fields.fill(b, offsets);
+  });
 }
 
 PyOutput::PyOutput(py::handle tokens_, py::handle num_accepted_, py::handle accepted_nodes_, py::handle logprobs_)

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <specverify/specverify.hpp>
@@ -79,15 +80,29 @@ struct PyOffsets {
   }
 };
 
-/// Rows of V values (probabilities or logits): float32 [rows, V], rows may be strided.
+/// Rows of V values: probabilities float32 [rows, V], or logits (Elem::logits) [rows, V]; rows
+/// may be strided.
 inline Array as_rows(py::handle obj, const char* name, std::int64_t rows, const std::string& why,
-                     bool optional = false) {
-  Array a = as_array(obj, name, Elem::float32, 2, false, optional);
+                     bool optional = false, Elem elem = Elem::float32) {
+  Array a = as_array(obj, name, elem, 2, false, optional);
   if (!a.present()) return a;
   expect_extent(a, name, 0, rows, why);
   expect_rows_apart(a, name);
   return a;
 }
+
+/// `a`, once it holds what target_logits holds (`target`): a C++ logits batch has one Logit type.
+inline Array with_target_dtype(Array a, const char* name, Elem target) {
+  if (a.present() && a.elem != target) {
+    reject(name, " holds ", elem_name(a.elem), ", but target_logits holds ", elem_name(target),
+           " (a batch's rows share one dtype; nothing is converted)");
+  }
+  return a;
+}
+
+/// A C++ logits batch of each row type; view() picks the one of the rows' dtype.
+template <template <class> class CppBatch>
+using RowTypes = std::variant<CppBatch<float>, CppBatch<float16>, CppBatch<bfloat16>>;
 
 inline void expect_row_length(const Array& a, const char* name, std::int64_t length, const std::string& why) {
   if (a.present()) expect_extent(a, name, 1, length, why);
@@ -194,7 +209,7 @@ struct PyLogitsFields {
                  py::handle guidance_scale_, py::handle allowed_tokens_, py::handle history_offsets,
                  py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
                  py::handle bias_tokens, py::handle bias_values, std::int32_t batch_size,
-                 std::int32_t vocab_size, std::int64_t target_rows);
+                 std::int32_t vocab_size, std::int64_t target_rows, Elem row_elem);
 
   /// The draft rows' length: len(draft_to_target), else V.
   std::int32_t draft_row_length(std::int32_t vocab_size) const {
@@ -207,8 +222,9 @@ struct PyLogitsFields {
   void add_inputs(std::vector<Extent>& inputs) const;
 };
 
-/// LogitsChainBatch: ChainBatch's layout with rows of logits, target_logits float32 [N+B, V],
-/// draft_logits float32 [N, Vd] or None (one-hot), and the PyLogitsFields.
+/// LogitsChainBatch: ChainBatch's layout with rows of logits (float32, float16 or bfloat16, one
+/// dtype for all), target_logits [N+B, V], draft_logits [N, Vd] or None (one-hot), and the
+/// PyLogitsFields.
 struct PyLogitsChainBatch {
   static constexpr Shape kShape = Shape::chain;
   PyOffsets offsets;
@@ -226,11 +242,11 @@ struct PyLogitsChainBatch {
   std::int64_t drafts() const { return offsets.drafts(); }
   PyLogitsChainBatch fresh() const;
   std::vector<Extent> inputs() const;
-  LogitsChainBatch<float> view();
+  RowTypes<LogitsChainBatch> view();
 };
 
-/// LogitsTreeBatch: TreeBatch's layout with rows of logits (draft_logits float32 [N+B, Vd] or
-/// None) and the PyLogitsFields.
+/// LogitsTreeBatch: TreeBatch's layout with rows of logits (as LogitsChainBatch's; draft_logits
+/// [N+B, Vd] or None) and the PyLogitsFields.
 struct PyLogitsTreeBatch {
   static constexpr Shape kShape = Shape::tree;
   PyOffsets offsets;
@@ -251,7 +267,7 @@ struct PyLogitsTreeBatch {
   std::int64_t drafts() const { return offsets.drafts(); }
   PyLogitsTreeBatch fresh() const;
   std::vector<Extent> inputs() const;
-  LogitsTreeBatch<float> view();
+  RowTypes<LogitsTreeBatch> view();
 };
 
 /// ChainOutput / TreeOutput: tokens int32 [B, row_width] with adjacent rows, num_accepted int32

@@ -89,7 +89,7 @@ constexpr const char* kLogitsFieldsDoc =
     "  None (the target's);\n"
     "draft_to_target: int32 [Vd], the target id of each draft id (reduced draft vocabulary; the\n"
     "  draft rows are then Vd long), or None;\n"
-    "unconditional_logits: float32 [U, V] classifier-free guidance rows, with\n"
+    "unconditional_logits: [U, V] classifier-free guidance rows (target_logits' dtype), with\n"
     "  unconditional_first_row int64 [B] (sequence b's first row, its k_b + 1 rows follow; -1: no\n"
     "  guidance) and guidance_scale float32 [B], or None;\n"
     "allowed_tokens: uint32 (or int32) [N+B, ceil(V/32)] grammar bitmask, adjacent rows (the\n"
@@ -198,8 +198,9 @@ void bind_module(py::module_& m) {
       (std::string("Draft chains whose rows are logits; verify applies each sequence's sampling parameters\n"
                    "(guidance, logit bias, penalties, bitmask, temperature, top_k, top_p, min_p) itself,\n"
                    "writing no probability rows.\n"
-                   "draft_offsets, draft_tokens: as ChainBatch; target_logits: float32 [N+B, V];\n"
-                   "draft_logits: float32 [N, Vd] or None (one-hot drafts);\n") + kLogitsFieldsDoc).c_str());
+                   "draft_offsets, draft_tokens: as ChainBatch; target_logits: float32, float16 or bfloat16\n"
+                   "[N+B, V] (read in place in the model's dtype, widened exactly);\n"
+                   "draft_logits: [N, Vd] of the same dtype, or None (one-hot drafts);\n") + kLogitsFieldsDoc).c_str());
   logits_chain
       .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
                     py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
@@ -220,8 +221,9 @@ void bind_module(py::module_& m) {
   py::class_<PyLogitsTreeBatch> logits_tree(
       m, "LogitsTreeBatch",
       (std::string("Draft trees whose rows are logits: TreeBatch's layout (node_offsets, parents,\n"
-                   "draft_tokens, drafted; target_logits float32 [N+B, V], draft_logits float32 [N+B, Vd] or\n"
-                   "None) with LogitsChainBatch's per-sequence fields:\n") + kLogitsFieldsDoc).c_str());
+                   "draft_tokens, drafted; target_logits float32, float16 or bfloat16 [N+B, V], draft_logits\n"
+                   "[N+B, Vd] of the same dtype or None) with LogitsChainBatch's per-sequence fields:\n") +
+       kLogitsFieldsDoc).c_str());
   logits_tree
       .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, Drafted, py::handle, py::handle,
                     py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,

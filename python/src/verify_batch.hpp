@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <specverify/specverify.hpp>
@@ -25,6 +26,16 @@ inline std::int32_t thread_cap(const py::int_& max_threads) {
     reject("max_threads = ", std::string(py::repr(max_threads)), " does not fit in int32");
   }
   return static_cast<std::int32_t>(n);
+}
+
+/// Calls fn with the C++ batch: a logits batch's view holds the batch of its rows' type.
+template <class View, class Fn>
+decltype(auto) with_view(const View& view, Fn&& fn) {
+  return fn(view);
+}
+template <class... Views, class Fn>
+decltype(auto) with_view(const std::variant<Views...>& view, Fn&& fn) {
+  return std::visit(fn, view);
 }
 
 /// Views every array as it is now (a caller may have resized one since its object was built),
@@ -47,7 +58,9 @@ VerifyStats verify_batch(py::handle rule, const PyBatch& batch, const PyRandomne
   const Randomness random_view = random_now.view(batch_now.batch_size, batch_now.drafts());
   return with_rule<PyBatch::kShape>(rule, batch_now.drafts(), [&](const auto& cpp_rule) {
     py::gil_scoped_release release;
-    return specverify::verify(cpp_rule, batch_view, random_view, out_view, CpuOptions{threads});
+    return with_view(batch_view, [&](const auto& rows) {
+      return specverify::verify(cpp_rule, rows, random_view, out_view, CpuOptions{threads});
+    });
   });
 }
 

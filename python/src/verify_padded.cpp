@@ -60,19 +60,21 @@ VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_
              std::to_string(slots), "]");
     }
   }
-  PaddedLayout layout;
-  static_cast<core::ChainLayout&>(layout) = core::ChainLayout::of(batch_view);
-  layout.counts = counts_copy.data();
   const ChainOutput out_view = out_now.view(batch_now.batch_size);
   const Randomness random_view = random_now.view(batch_now.batch_size, batch_now.drafts());
   return with_rule<PyBatch::kShape>(rule, batch_now.drafts(), [&](const auto& cpp_rule) {
     py::gil_scoped_release release;
-    const CpuOptions options{threads};
-    if constexpr (std::is_same<PyBatch, PyChainBatch>::value) {
-      return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, batch_view, layout, random_view, out_view, options);
-    } else {
-      return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, batch_view, layout, random_view, out_view, options);
-    }
+    return with_view(batch_view, [&](const auto& rows) {
+      PaddedLayout layout;
+      static_cast<core::ChainLayout&>(layout) = core::ChainLayout::of(rows);
+      layout.counts = counts_copy.data();
+      const CpuOptions options{threads};
+      if constexpr (std::is_same<PyBatch, PyChainBatch>::value) {
+        return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, rows, layout, random_view, out_view, options);
+      } else {
+        return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, rows, layout, random_view, out_view, options);
+      }
+    });
   });
 }
 

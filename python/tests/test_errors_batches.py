@@ -169,7 +169,10 @@ def test_batch_and_output_must_match():
 # ------------------------------------------------------------------ arrays named by argument
 
 @pytest.mark.parametrize("name, bad, error, message", [
-    ("target_logits", lambda a: a.astype(np.float16), TypeError, "target_logits must hold float32"),
+    ("target_logits", lambda a: a.astype(np.float64), TypeError,
+     "target_logits must hold float32, float16 or bfloat16, got float64"),
+    ("draft_logits", lambda a: a.astype(np.float16), sv.InvalidInput,
+     "draft_logits holds float16, but target_logits holds float32 .a batch's rows share one dtype"),
     ("draft_logits", lambda a: a[:, :30], sv.InvalidInput,
      r"draft_logits has shape \(5, 30\), but its rows must be as long as target_logits' \(V = 40; pass draft_to_target"),
     ("draft_logits", lambda a: a[:4], sv.InvalidInput, r"draft_logits has shape \(4, 40\), but it needs N = 5 rows"),
@@ -282,7 +285,10 @@ def test_torch_logits_arrays():
     torch = pytest.importorskip("torch")
     arrays = {k: (torch.from_numpy(v) if k != "target_params" else v) for k, v in logits_arrays().items()}
     arrays["draft_logits"] = arrays["draft_logits"].to(torch.bfloat16)
-    with pytest.raises(TypeError, match="draft_logits must hold float32, got torch.bfloat16"):
+    with pytest.raises(sv.InvalidInput, match="draft_logits holds bfloat16, but target_logits holds float32"):
+        sv.LogitsChainBatch(**arrays)
+    arrays["draft_logits"] = arrays["draft_logits"].to(torch.float64)
+    with pytest.raises(TypeError, match="draft_logits must hold float32, float16 or bfloat16, got torch.float64"):
         sv.LogitsChainBatch(**arrays)
     arrays["draft_logits"] = None
     arrays["target_params"] = torch.zeros(3, 4)
