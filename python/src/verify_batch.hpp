@@ -38,21 +38,34 @@ decltype(auto) with_view(const std::variant<Views...>& view, Fn&& fn) {
   return std::visit(fn, view);
 }
 
-/// Views every array as it is now (a caller may have resized one since its object was built),
-/// refuses outputs that share memory with an input or another output, builds the C++ views with
-/// their copies of the indices (all with the GIL), then runs without the GIL. The fresh views hold
-/// the arrays' exporters until the call returns.
+/// A call's arguments viewed as they are now (a caller may have resized an array since its object
+/// was built), outputs refused where they share memory with an input or another output. Built with
+/// the GIL; the fresh views hold the arrays' exporters until the call returns.
+template <class PyBatch, class PyOut>
+struct Fresh {
+  PyBatch batch;
+  PyOut out;
+  PyRandomness randomness;
+
+  Fresh(py::handle rule, const PyBatch& batch_, const PyRandomness& randomness_, const PyOut& out_)
+      : batch(batch_.fresh()), out(out_.fresh()), randomness(randomness_.fresh()) {
+    std::vector<Extent> inputs = batch.inputs();
+    for (const Extent& e : randomness.inputs()) inputs.push_back(e);
+    add_rule_inputs(rule, inputs);
+    expect_apart(out.outputs(), inputs);
+  }
+};
+
+/// The arguments made fresh, the C++ views built with their copies of the indices (with the GIL),
+/// then verify without the GIL.
 template <class PyBatch, class PyOut>
 VerifyStats verify_batch(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
                          const PyOut& out, const py::int_& max_threads) {
   const std::int32_t threads = thread_cap(max_threads);
-  PyBatch batch_now = batch.fresh();
-  const PyOut out_now = out.fresh();
-  const PyRandomness random_now = randomness.fresh();
-  std::vector<Extent> inputs = batch_now.inputs();
-  for (const Extent& e : random_now.inputs()) inputs.push_back(e);
-  add_rule_inputs(rule, inputs);
-  expect_apart(out_now.outputs(), inputs);
+  Fresh<PyBatch, PyOut> now(rule, batch, randomness, out);
+  PyBatch& batch_now = now.batch;
+  const PyOut& out_now = now.out;
+  const PyRandomness& random_now = now.randomness;
   const auto batch_view = batch_now.view();
   const auto out_view = out_now.view(batch_now.batch_size);
   const Randomness random_view = random_now.view(batch_now.batch_size, batch_now.drafts());

@@ -41,13 +41,10 @@ template <class PyBatch>
 VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_draft_tokens,
                           const PyRandomness& randomness, const PyChainOutput& out, const py::int_& max_threads) {
   const std::int32_t threads = thread_cap(max_threads);
-  PyBatch batch_now = batch.fresh();
-  const PyChainOutput out_now = out.fresh();
-  const PyRandomness random_now = randomness.fresh();
-  std::vector<Extent> inputs = batch_now.inputs();
-  for (const Extent& e : random_now.inputs()) inputs.push_back(e);
-  add_rule_inputs(rule, inputs);
-  expect_apart(out_now.outputs(), inputs);
+  Fresh<PyBatch, PyChainOutput> now(rule, batch, randomness, out);
+  PyBatch& batch_now = now.batch;
+  const PyChainOutput& out_now = now.out;
+  const PyRandomness& random_now = now.randomness;
   const auto batch_view = batch_now.view();
   const Array counts = as_array(num_draft_tokens, "num_draft_tokens", Elem::int32, 1);
   expect_extent(counts, "num_draft_tokens", 0, batch_now.batch_size, "it needs one count per sequence");

@@ -86,3 +86,14 @@ def penalties(params, rng):
 def one_params(entry):
     """The SamplingParams object of one entry of a SamplingParams array (as sample() takes it)."""
     return sv.SamplingParams(**{f: entry[f].item() for f in sv.SamplingParams.dtype.names})
+
+
+def assert_same_outputs(a, b):
+    """Two (output, [drafted, accepted, relaxed, target_checked]) runs: the same tokens, counts,
+    accepted nodes, logprob bits and statistics."""
+    (out_a, stats_a), (out_b, stats_b) = a, b
+    for name in ("tokens", "num_accepted", "accepted_nodes"):
+        if getattr(out_a, name, None) is not None:
+            np.testing.assert_array_equal(getattr(out_a, name), getattr(out_b, name))
+    np.testing.assert_array_equal(out_a.logprobs.view(np.int32), out_b.logprobs.view(np.int32))
+    assert stats_a == stats_b

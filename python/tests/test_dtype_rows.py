@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import specverify as sv
 
-from processing import penalties, penalty_lists, ragged
+from processing import assert_same_outputs, penalties, penalty_lists, ragged
 from test_zero_copy import traced_peak
 
 V, B, PAD = 48, 5, 8
@@ -91,15 +91,6 @@ def run(rule, tree, arrays):
     return out, [stats.drafted, stats.accepted, stats.relaxed, stats.target_checked]
 
 
-def assert_same(a, b):
-    (out_a, stats_a), (out_b, stats_b) = a, b
-    for name in ("tokens", "num_accepted", "accepted_nodes"):
-        if getattr(out_a, name, None) is not None:
-            np.testing.assert_array_equal(getattr(out_a, name), getattr(out_b, name))
-    np.testing.assert_array_equal(out_a.logprobs.view(np.int32), out_b.logprobs.view(np.int32))
-    assert stats_a == stats_b
-
-
 ROWS = ("target_logits", "draft_logits", "unconditional_logits")
 
 
@@ -119,7 +110,7 @@ def test_same_outputs_as_float_rows(tree, make_rule, kind, setting):
         if name in arrays:
             narrow[name], wide[name] = in_dtype(kind, arrays[name], pad=0 if name == "draft_logits" else PAD)
     got = run(make_rule(), tree, narrow)
-    assert_same(got, run(make_rule(), tree, wide))
+    assert_same_outputs(got, run(make_rule(), tree, wide))
     assert np.all(got[0].num_accepted != 777)
 
 
@@ -132,7 +123,7 @@ def test_strided_rows(kind, tree):
         narrow[name], wide[name] = in_dtype(kind, arrays[name], pad=PAD)
     batch = (sv.LogitsTreeBatch if tree else sv.LogitsChainBatch)(**narrow)
     assert batch.target_stride == batch.draft_stride == V + PAD and batch.target_logits is narrow["target_logits"]
-    assert_same(run(sv.Standard(), tree, narrow), run(sv.Standard(), tree, wide))
+    assert_same_outputs(run(sv.Standard(), tree, narrow), run(sv.Standard(), tree, wide))
 
 
 @pytest.mark.parametrize("kind", KINDS)

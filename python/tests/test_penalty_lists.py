@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import specverify as sv
 
-from processing import one_params, penalties, penalty_lists, ragged
+from processing import assert_same_outputs, one_params, penalties, penalty_lists, ragged
 
 V, B = 64, 6
 COUNTS = (3, 0, 2, 4, 1, 2)  # drafts (chains) or nodes (trees) per sequence
@@ -55,15 +55,6 @@ def run(rule, tree, arrays, seed=3):
     return out, [stats.drafted, stats.accepted, stats.relaxed, stats.target_checked]
 
 
-def assert_same(a, b):
-    (out_a, stats_a), (out_b, stats_b) = a, b
-    for name in ("tokens", "num_accepted", "accepted_nodes"):
-        if getattr(out_a, name, None) is not None:
-            np.testing.assert_array_equal(getattr(out_a, name), getattr(out_b, name))
-    np.testing.assert_array_equal(out_a.logprobs.view(np.int32), out_b.logprobs.view(np.int32))
-    assert stats_a == stats_b
-
-
 def assert_untouched(out):
     for name in ("tokens", "num_accepted", "accepted_nodes", "logprobs"):
         a = getattr(out, name, None)
@@ -90,8 +81,8 @@ def test_neutral_lists_change_nothing(tree, make_rule):
                    bias_values=np.zeros(0, np.float32))
     plain = run(make_rule(), tree, arrays)
     history_only = {k: lists[k] for k in LISTS[:3]}
-    assert_same(run(make_rule(), tree, {**arrays, **history_only}), plain)
-    assert_same(run(make_rule(), tree, {**arrays, **history_only, **no_bias}), plain)
+    assert_same_outputs(run(make_rule(), tree, {**arrays, **history_only}), plain)
+    assert_same_outputs(run(make_rule(), tree, {**arrays, **history_only, **no_bias}), plain)
     penalised = sv.sampling_params(B, temperature=params["temperature"], top_k=params["top_k"],
                                    repetition_penalty=1.5, frequency_penalty=0.5)
     changed = run(make_rule(), tree, {**arrays, **lists, "target_params": penalised})
@@ -244,7 +235,7 @@ def test_torch_lists():
     params = sv.sampling_params(B, repetition_penalty=1.4, frequency_penalty=0.3)
     arrays, lists = batch_arrays(True, rng, params), penalty_lists(rng, B, V)
     with_numpy = run(sv.Standard(), True, {**arrays, **lists})
-    assert_same(run(sv.Standard(), True, {**arrays, **{k: torch.from_numpy(v) for k, v in lists.items()}}), with_numpy)
+    assert_same_outputs(run(sv.Standard(), True, {**arrays, **{k: torch.from_numpy(v) for k, v in lists.items()}}), with_numpy)
     with pytest.raises(TypeError, match="bias_values must hold float32, got torch.bfloat16"):
         sv.LogitsTreeBatch(**arrays, **{**lists, "bias_values": torch.from_numpy(lists["bias_values"]).to(torch.bfloat16)})
 
