@@ -30,7 +30,7 @@
 #include "specverify/config.hpp"
 #include "specverify/core/chain_layout.hpp"
 #include "specverify/core/residual.hpp"
-#include "specverify/core/walk.hpp"
+#include "specverify/core/walk_steps.hpp"
 #include "specverify/rule.hpp"
 #include "specverify/types.hpp"
 

@@ -24,7 +24,7 @@
 #include "specverify/core/chain_layout.hpp"
 #include "specverify/core/residual.hpp"
 #include "specverify/core/tree_layout.hpp"
-#include "specverify/core/walk.hpp"
+#include "specverify/core/walk_steps.hpp"
 #include "specverify/rule.hpp"
 #include "specverify/types.hpp"
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "specverify/config.hpp"
-#include "specverify/core/walk.hpp"
+#include "specverify/core/walk_steps.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify::core {

@@ -11,7 +11,7 @@
 #include "specverify/core/checks.hpp"
 #include "specverify/core/chain_layout.hpp"
 #include "specverify/core/prob_source.hpp"
-#include "specverify/core/walk.hpp"
+#include "specverify/core/walk_steps.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify::core {

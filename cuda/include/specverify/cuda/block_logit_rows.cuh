@@ -36,7 +36,7 @@
 #include "specverify/core/logit_rows.hpp"
 #include "specverify/core/residual.hpp"
 #include "specverify/core/row_math.hpp"
-#include "specverify/core/walk.hpp"
+#include "specverify/core/walk_steps.hpp"
 #include "specverify/cuda/block_rows.cuh"
 #include "specverify/rule.hpp"
 

@@ -15,7 +15,7 @@
 
 #include "specverify/core/residual.hpp"
 #include "specverify/core/row_math.hpp"
-#include "specverify/core/walk.hpp"
+#include "specverify/core/walk_steps.hpp"
 #include "specverify/rule.hpp"
 
 namespace specverify::cuda {

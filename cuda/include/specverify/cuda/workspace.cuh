@@ -12,7 +12,7 @@
 
 #include "specverify/core/checks.hpp"
 #include "specverify/core/validate.hpp"
-#include "specverify/core/walk.hpp"
+#include "specverify/core/walk_steps.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify::cuda {
