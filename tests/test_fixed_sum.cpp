@@ -225,3 +225,35 @@ TEST(FixedLanes, MaxTermIsReported) {
   EXPECT_EQ(lanes.max_term(), 3.0) << "the max stays across flushes";
   EXPECT_EQ(s.value(), static_cast<double>(D::size) * -2.75);
 }
+
+TEST(FixedLanes, ACoarseTermTakenBackLeavesTheWordsOfTheRest) {
+  // The logits weights pass sums a row as it reads it, then takes back the terms of its penalised
+  // tokens (which may exceed 1, or be infinite) and adds their own: the sum must be the words of
+  // the kept terms alone, whatever the terms taken back were.
+  using D = xsimd::batch<double, xsimd::default_arch>;
+  constexpr std::size_t W = D::size;
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> weight(0.0, 1.0);
+  const double taken[] = {0.0, 0.5, 1.0, 3.0e38, std::numeric_limits<double>::infinity(),
+                          std::numeric_limits<double>::quiet_NaN(), -1.0e300};
+  for (const double odd : taken) {
+    sv::cpu::FixedLanes<xsimd::default_arch> lanes;
+    FixedSum kept;
+    alignas(64) double v[W], back[W];
+    for (int vectors = 0; vectors < 100; ++vectors) {
+      for (std::size_t l = 0; l < W; ++l) {
+        v[l] = static_cast<float>(weight(rng));
+        kept.add_coarse(v[l]);
+      }
+      lanes.add_coarse(D::load_aligned(v));
+    }
+    for (std::size_t l = 0; l < W; ++l) back[l] = l % 2 ? odd : static_cast<float>(weight(rng));
+    lanes.add_coarse(D::load_aligned(back));
+    lanes.add_coarse(D(0.25));
+    kept.add_repeated(0.25, W, true);
+    lanes.remove_coarse(D::load_aligned(back));
+    FixedSum lane_words;
+    lanes.flush(lane_words);
+    EXPECT_EQ(lane_words, kept) << "taken back: " << odd;
+  }
+}

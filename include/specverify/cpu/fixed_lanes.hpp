@@ -43,9 +43,17 @@ class FixedLanes {
 
   /// FixedSum::add_coarse lane by lane: one fused multiply-add and one integer addition.
   SPECVERIFY_ALWAYS_INLINE void add_coarse(const D& t) {
-    hi_ += xsimd::bitwise_cast<L>(t * D(unit_) + D(core::kFixedMagic));
+    hi_ += coarse_bits(t);
     lo_ += xsimd::bitwise_cast<L>(D(core::kFixedMagic));  // round(0) for the bias flush() removes
     ++adds_;
+  }
+  /// Undoes an add_coarse(t) of the same lanes, exactly: the lanes are integers that wrap, so a
+  /// term is taken back bit for bit even where it lay outside FixedSum's domain (a pass that sums a
+  /// row as it reads it and then replaces a few of its terms).
+  SPECVERIFY_ALWAYS_INLINE void remove_coarse(const D& t) {
+    hi_ -= coarse_bits(t);
+    lo_ -= xsimd::bitwise_cast<L>(D(core::kFixedMagic));
+    --adds_;
   }
 
   /// add(t), and a running max of |t| (max_term) for callers with no bound on their terms.
@@ -86,6 +94,12 @@ class FixedLanes {
   }
 
  private:
+  // t unit is exact for any float t (a power of two in double), so fusing it with the addition
+  // changes no bit: every call site rounds a term alike.
+  SPECVERIFY_ALWAYS_INLINE L coarse_bits(const D& t) const {
+    return xsimd::bitwise_cast<L>(t * D(unit_) + D(core::kFixedMagic));
+  }
+
   double unit_;
   L hi_ = L(std::int64_t{0}), lo_ = L(std::int64_t{0});
   D max_ = D(0.0);

@@ -121,6 +121,13 @@ SPECVERIFY_ALWAYS_INLINE void add_weights(FixedLanes<Arch>& sum, const F<Arch>& 
   sum.add_coarse(widen_high(w));
 }
 
+/// Takes back an add_weights(sum, w), bit for bit.
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE void remove_weights(FixedLanes<Arch>& sum, const F<Arch>& w) {
+  sum.remove_coarse(widen_low(w));
+  sum.remove_coarse(widen_high(w));
+}
+
 /// Lanes of the bitmask word for the W tokens starting at i (i a multiple of W).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE FB<Arch> allowed_lanes(const std::uint32_t* allowed, std::int32_t i) {
@@ -185,10 +192,13 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> penalised(const F<Arch>& g, const F<Arch>& bias
 /// How a pass reads the tokens of the row's overlay (penalties, bias): `excluded` reads them as
 /// -inf, and the pass then visits the entries themselves, W at a time (for_entries): a sum over the
 /// row is the same in any order, so the entries may come last, and the row's blocks cost one mask
-/// each instead of a branch on every block an entry falls in. `patched` substitutes the values the
-/// pre-pass kept (overlay.value), for the passes that need the row in order. `none`: the row has
-/// no overlay (the hot passes are compiled for each case, so neither pays for the other's test).
-enum class Entries { none, excluded, patched };
+/// each instead of a branch on every block an entry falls in. `replaced` reads them as the row has
+/// them, at no cost a block, and the pass then takes back the terms they gave and adds the entries'
+/// own: for sums alone (FixedLanes takes a term back exactly), not for a max or a minimum.
+/// `patched` substitutes the values the pre-pass kept (overlay.value), for the passes that need the
+/// row in order. `none`: the row has no overlay (the hot passes are compiled for each case, so
+/// none pays for another's test).
+enum class Entries { none, excluded, replaced, patched };
 
 /// The overlay's kept values in the W lanes at row index i (i a multiple of W). Passes read the
 /// row in increasing order, so the row's cursor usually points at the next entry already; other
@@ -488,10 +498,13 @@ Scan scan(const LogitRow<Logit>& row, bool collect, std::int32_t k, float* scrat
 /// The weights pass over the cache-hot row (after the read found max g): w(i) = exp_weight((g(i) -
 /// max) / T) for the kept tokens, 0 elsewhere, written to out[0..n); their sum is view.norm, a
 /// FixedSum on its coarse grid (w <= 1, and the max weighs 1: the sum is at least 1, so n
-/// roundings of 2^-41 are below 2^-24 of it for n <= 2^17). Kept: g >= view.threshold and w >= min_w. min_w > 0 is min_p: w is non-decreasing in g, so that is a value
-/// threshold too, and view.threshold becomes the lowest kept g.
+/// roundings of 2^-41 are below 2^-24 of it for n <= 2^17). Kept: g >= view.threshold and w >= min_w.
+/// min_w > 0 is min_p: w is non-decreasing in g, so that is a value threshold too, and
+/// view.threshold becomes the lowest kept g (a minimum: the overlay's tokens must be `excluded`
+/// then; a sum alone may read them `replaced`).
 template <class Arch, Entries kEntries, class Logit>
 void weights_pass(LogitView<Logit>& view, float min_w, float* out) {
+  static_assert(kEntries != Entries::patched, "the weights pass computes the values patched reads");
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   const LogitRow<Logit>& row = view.row;
@@ -525,12 +538,16 @@ void weights_pass(LogitView<Logit>& view, float min_w, float* out) {
     w.store_unaligned(out + i);
     add_weights<Arch>(lanes, w);
   }
-  if constexpr (kEntries == Entries::excluded) {  // the entries in the body, which read 0 above
+  if constexpr (kEntries != Entries::none) {  // the entries in the body: 0 above, or the row's own g's
     const core::Overlay& o = row.overlay;
     for_entries<Arch>(o, i, [&](std::int32_t k, std::int32_t len, const I<Arch>&) {
+      alignas(64) float ws[W];
+      if constexpr (kEntries == Entries::replaced) {  // the very weights the body added (0 in unused lanes)
+        for (std::int32_t j = 0; j < W; ++j) ws[j] = j < len ? out[o.index[k + j]] : 0.0f;
+        remove_weights<Arch>(lanes, B::load_aligned(ws));
+      }
       const B w = weights_of(load_lanes<Arch>(o.value + k, len, -core::kInf));
       add_weights<Arch>(lanes, w);
-      alignas(64) float ws[W];
       w.store_aligned(ws);
       for (std::int32_t j = 0; j < len; ++j) out[o.index[k + j]] = ws[j];
     });
@@ -680,8 +697,10 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch) {
     return view;
   }
   const auto keep_weights = [&](float min_w) {
-    if (overlay) {
+    if (overlay && min_w > 0.0f) {
       d::weights_pass<Arch, d::Entries::excluded>(view, min_w, scratch);
+    } else if (overlay) {
+      d::weights_pass<Arch, d::Entries::replaced>(view, min_w, scratch);
     } else {
       d::weights_pass<Arch, d::Entries::none>(view, min_w, scratch);
     }
