@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "specverify/cuda.cuh"
+#include "specverify/specverify.hpp"  // the CPU backend each result is compared with
 
 namespace specverify::testing {
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "specverify/cuda.cuh"
+#include "specverify/specverify.hpp"  // the CPU backend each result is compared with
 #include "specverify/cuda/verify_logits.cuh"
 #include "penalty_lists.hpp"
 #include "typical_acceptance.hpp"

@@ -1,8 +1,12 @@
-// Verifies one chain through the public header; exits non-zero unless the result is the only
+// Verifies one chain through the CPU umbrella header; exits non-zero unless the result is the only
 // possible one (p puts all mass on the drafted token, then on token 2).
 #include <specverify/specverify.hpp>
 
 #include <cstdio>
+
+#if defined(CONSUMER_LAYER_ALONE) && __has_include(<Eigen/Dense>)
+#error "specverify::cpu put Eigen, the heads' dependency, on the include path"
+#endif
 
 int main() {
   const std::int32_t offsets[2] = {0, 1}, drafts[1] = {1};
