@@ -150,10 +150,12 @@ struct LogitView {
   double norm = 0;                 // sum of w over kept tokens, a FixedSum's value (1 for greedy rows)
   float inv_norm = 0;              // float(1 / norm)
   // Small kept sets (top_k, top_p) are listed: their row indices in increasing order, so draws
-  // and sums visit those tokens alone. listed = -1: the kept set is not listed.
+  // and sums visit those tokens alone. listed = -1: the kept set is not listed (the device never
+  // lists: a block reads the whole row as fast). The list lives where the backend keeps it (the
+  // CPU: in its scratch row, as `weights`), so a view is a few words wherever it is held.
   static constexpr std::int32_t kMaxListed = 256;
   std::int32_t listed = -1;
-  std::int32_t kept[kMaxListed];
+  const std::int32_t* kept{};      // [listed]
   // The weights w(i) of every row index (0 off the kept set), where the backend keeps them (the
   // CPU: in its scratch row, valid until that is reused); without `weights` they are computed from
   // the logits on demand. The same bits either way: p(i) = weights[i] * inv_norm =

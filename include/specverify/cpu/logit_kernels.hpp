@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <type_traits>
 
 #include "specverify/core/logit_rows.hpp"
@@ -635,17 +636,19 @@ void min_p_on_candidates(LogitView<Logit>& view, const float* c, std::int32_t m)
   view.threshold = lowest;
 }
 
-/// Lists the kept row indices (at most View::kMaxListed of them) in increasing order: one more
-/// pass over the cache-hot row.
+/// Lists the kept row indices (at most View::kMaxListed of them) in increasing order into
+/// `scratch`, whose candidates are done with: one more pass over the cache-hot row.
 template <class Arch, class Logit>
-void list_kept(LogitView<Logit>& view) {
+void list_kept(LogitView<Logit>& view, float* scratch) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
+  static_assert(sizeof(std::int32_t) == sizeof(float) && alignof(std::int32_t) <= alignof(float),
+                "a row index takes the place of a candidate in the scratch row");
   const LogitRow<Logit>& row = view.row;
   FB<Arch> unused(true);
   std::int32_t count = 0;
-  const auto add = [&](std::int32_t i, float g) {
-    if (g >= view.threshold && count < LogitView<Logit>::kMaxListed) view.kept[count++] = i;
+  const auto add = [&](std::int32_t i, float g) {  // count <= the kept tokens <= row.n: scratch has room
+    if (g >= view.threshold && count < LogitView<Logit>::kMaxListed) ::new (static_cast<void*>(scratch + count++)) std::int32_t(i);
   };
   std::int32_t i = 0;
   for (; i + W <= row.n; i += W) {
@@ -657,14 +660,15 @@ void list_kept(LogitView<Logit>& view) {
   }
   for (; i < row.n; ++i) add(i, core::processed_logit(row, i).g);
   view.listed = count;
+  view.kept = std::launder(reinterpret_cast<const std::int32_t*>(scratch));
 }
 
 }  // namespace logits_detail
 
 /// The pre-pass: a view of `row` with its sampling parameters applied (API.md's nine steps).
 /// `scratch` holds row.n floats: the top_k and top_p candidates while this runs, then the view's
-/// weights where it keeps them (view.weights points into scratch: the view reads them until
-/// scratch is reused). Parameters must have passed check_sampling_params. view.ok is false when a
+/// weights or its list of kept indices (view.weights and view.kept point into scratch: the view
+/// reads them until scratch is reused). Parameters must have passed check_sampling_params. view.ok is false when a
 /// NaN or +inf logit was read; view.has_mass() is false when every token is masked.
 ///
 /// Passes: one read of the row (max, argmax, validation, candidates); then, over the cache-hot
@@ -729,7 +733,7 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch) {
   }
   view.norm = d::candidate_sum<Arch>(scratch, m, view.threshold, view.max, view.inv_temperature).value();
   view.inv_norm = static_cast<float>(1.0 / view.norm);
-  d::list_kept<Arch>(view);
+  d::list_kept<Arch>(view, scratch);
   return view;
 }
 
