@@ -52,6 +52,7 @@
 #include "specverify/cpu/fast_log.hpp"
 #include "specverify/cpu/fixed_lanes.hpp"
 #include "specverify/cpu/fused.hpp"
+#include "specverify/cpu/lanes.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/rule.hpp"
 
@@ -80,29 +81,13 @@ SPECVERIFY_ALWAYS_INLINE B weight(const B& a) {
 /// fast forms below leave to the careful ones).
 template <class T, class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<T, Arch> unusual(const xsimd::batch<T, Arch>& x) {
-#if XSIMD_WITH_AVX512DQ
-  if constexpr (kAvx512dq<Arch>) {  // one instruction: NaN, +-inf, subnormal, negative
-    return xsimd::batch_bool<T, Arch>(_mm512_fpclass_ps_mask(__m512(x), 0xf9));
-  } else
-#endif
-  {
-    using B = xsimd::batch<T, Arch>;
-    return !((x == B(0.0f)) | ((x >= B(FLT_MIN)) & (x <= B(FLT_MAX))));
-  }
+  return kernel::not_zero_or_normal(x, Arch{});
 }
 
 /// Lanes where r is not a positive normal float.
 template <class T, class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<T, Arch> not_normal(const xsimd::batch<T, Arch>& r) {
-#if XSIMD_WITH_AVX512DQ
-  if constexpr (kAvx512dq<Arch>) {
-    return xsimd::batch_bool<T, Arch>(_mm512_fpclass_ps_mask(__m512(r), 0xff));
-  } else
-#endif
-  {
-    using B = xsimd::batch<T, Arch>;
-    return !((r >= B(FLT_MIN)) & (r <= B(FLT_MAX)));
-  }
+  return kernel::not_normal(r, Arch{});
 }
 
 /// p / q, correctly rounded on every instruction set. (An AVX-512 reciprocal with a Newton step

@@ -22,6 +22,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "specverify/cpu/arch/avx512dq/log_parts.hpp"
 #include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/inlining.hpp"
 
@@ -69,40 +70,39 @@ SPECVERIFY_ALWAYS_INLINE B log1p_rest(const B& f) {
 
 }  // namespace detail
 
+namespace kernel {
+
+/// x = 2^k m, m in [sqrt(1/2), sqrt(2)), by bit manipulation: k (as float; -inf for x == 0) and
+/// f = m - 1, both exact (cpu/arch/avx512dq/log_parts.hpp reads them in one instruction each).
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE void log_parts(const xsimd::batch<float, Arch>& x, xsimd::batch<float, Arch>& k_out,
+                                        xsimd::batch<float, Arch>& f_out, xsimd::kernel::requires_arch<xsimd::generic>) {
+  using B = xsimd::batch<float, Arch>;
+  using I = xsimd::batch<std::int32_t, Arch>;
+  // A subnormal x is its bit pattern times 2^-149: converting that integer is exact and, unlike
+  // scaling by a power of 2, costs no microcode assist (a multiply with a subnormal input does).
+  const auto subnormal = x < B(FLT_MIN);
+  const I bits = xsimd::bitwise_cast<I>(
+      xsimd::select(subnormal, xsimd::to_float(xsimd::bitwise_cast<I>(x)), x));
+  // Subtracting the bits of sqrt(1/2) makes the exponent field of `offset` the k that puts m in
+  // [sqrt(1/2), sqrt(2)); taking those k out of x's bits leaves m's bits.
+  const I offset = bits - I(0x3f3504f3);
+  const I k_int = offset >> 23;  // arithmetic shift: k may be negative
+  const B m = xsimd::bitwise_cast<B>(bits - (offset & I(~0x7fffff)));
+  f_out = m - B(1.0f);
+  const B k = xsimd::to_float(k_int) - xsimd::select(subnormal, B(149.0f), B(0.0f));
+  k_out = xsimd::select(x == B(0.0f), B(-std::numeric_limits<float>::infinity()), k);
+}
+
+}  // namespace kernel
+
 /// The log is a few dozen instructions called from every term's loop body; compilers otherwise
 /// keep it out of line and pass its three vectors through memory (a third of the time).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE LogSplit<Arch> log_split(const xsimd::batch<float, Arch>& x) {
-  using B = xsimd::batch<float, Arch>;
-#if XSIMD_WITH_AVX512DQ
-  if constexpr (kAvx512dq<Arch>) {
-    // AVX-512 reads exponent and mantissa in one instruction each, subnormals included
-    // (getexp(0) = -inf, getmant(0) = 1): the same k and m as the bit manipulation below.
-    const __m512 v = x;
-    const B e(_mm512_getexp_ps(v));
-    const B m(_mm512_getmant_ps(v, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero));  // [1, 2)
-    const auto halve = m >= B(1.41421354f);  // 2 x the float of bits 0x3f3504f3
-    const B f = xsimd::select(halve, fused(m, B(0.5f), B(-1.0f)), m - B(1.0f));  // exact
-    return {xsimd::select(halve, e + B(1.0f), e), f, detail::log1p_rest(f)};
-  } else
-#endif
-  {
-    using I = xsimd::batch<std::int32_t, Arch>;
-    // A subnormal x is its bit pattern times 2^-149: converting that integer is exact and, unlike
-    // scaling by a power of 2, costs no microcode assist (a multiply with a subnormal input does).
-    const auto subnormal = x < B(FLT_MIN);
-    const I bits = xsimd::bitwise_cast<I>(
-        xsimd::select(subnormal, xsimd::to_float(xsimd::bitwise_cast<I>(x)), x));
-    // Subtracting the bits of sqrt(1/2) makes the exponent field of `offset` the k that puts m in
-    // [sqrt(1/2), sqrt(2)); taking those k out of x's bits leaves m's bits.
-    const I offset = bits - I(0x3f3504f3);
-    const I k_int = offset >> 23;  // arithmetic shift: k may be negative
-    const B m = xsimd::bitwise_cast<B>(bits - (offset & I(~0x7fffff)));
-    const B f = m - B(1.0f);
-    B k = xsimd::to_float(k_int) - xsimd::select(subnormal, B(149.0f), B(0.0f));
-    k = xsimd::select(x == B(0.0f), B(-std::numeric_limits<float>::infinity()), k);
-    return {k, f, detail::log1p_rest(f)};
-  }
+  xsimd::batch<float, Arch> k, f;
+  kernel::log_parts(x, k, f, Arch{});
+  return {k, f, detail::log1p_rest(f)};
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

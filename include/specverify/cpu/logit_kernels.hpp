@@ -45,6 +45,7 @@
 #include "specverify/cpu/divergence_kernels.hpp"
 #include "specverify/cpu/fixed_lanes.hpp"
 #include "specverify/cpu/fused.hpp"
+#include "specverify/cpu/lanes.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/cpu/widen.hpp"
 #include "specverify/rule.hpp"
@@ -80,38 +81,8 @@ SPECVERIFY_ALWAYS_INLINE F<Arch> exp_weight(const F<Arch>& a) {
   poly = fused(poly, r, B(core::kExpP4));
   poly = fused(poly, r, B(core::kExpP5));
   const B y = fused(poly, r * r, r) + B(1.0f);
-  B scaled;
-#if XSIMD_WITH_AVX512F
-  if constexpr (kAvx512<Arch>) {
-    // y 2^n, exact like the multiply by 2^n it replaces (the result is a normal float); and no
-    // integer shift, inside whose AVX-512 intrinsic g++ 12 reports a false -Wmaybe-uninitialized
-    // (the maskz forms here and below avoid the same false warning).
-    scaled = B(_mm512_maskz_scalef_ps(0xffff, y, n));
-  } else
-#endif
-  {
-    const I<Arch> bits = xsimd::bitwise_cast<I<Arch>>(t) -
-                         I<Arch>(static_cast<std::int32_t>(core::float_bits(core::kRoundMagic)) - 127);
-    scaled = y * xsimd::bitwise_cast<B>(bits << 23);
-  }
-  // Lanes below the cutoff (and -inf, NaN) computed garbage above: they are 0.
-  return xsimd::select(a >= B(core::kExpCutoff), scaled, B(0.0f));
-}
-
-/// Float lanes as two double vectors (low half, high half).
-template <class Arch>
-SPECVERIFY_ALWAYS_INLINE void widen(const F<Arch>& v, D<Arch>& lo, D<Arch>& hi) {
-#if XSIMD_WITH_AVX512DQ
-  if constexpr (kAvx512dq<Arch>) {
-    lo = D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 0)));
-    hi = D<Arch>(_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
-    return;
-  }
-#endif
-  alignas(64) float lanes[F<Arch>::size];
-  v.store_aligned(lanes);
-  lo = D<Arch>::load_aligned(lanes);
-  hi = D<Arch>::load_aligned(lanes + D<Arch>::size);
+  // Lanes below the cutoff (and -inf, NaN) computed garbage here: they are 0.
+  return xsimd::select(a >= B(core::kExpCutoff), kernel::times_pow2(y, n, t, Arch{}), B(0.0f));
 }
 
 /// Float weights into a FixedLanes sum, as two double vectors, on the coarse grid: the sums of a
@@ -132,34 +103,13 @@ SPECVERIFY_ALWAYS_INLINE void remove_weights(FixedLanes<Arch>& sum, const F<Arch
 /// Lanes of the bitmask word for the W tokens starting at i (i a multiple of W).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE FB<Arch> allowed_lanes(const std::uint32_t* allowed, std::int32_t i) {
-  constexpr std::int32_t W = F<Arch>::size;
-#if XSIMD_WITH_AVX512F
-  if constexpr (kAvx512<Arch>) {
-    std::uint16_t half;  // the word's half holding bits i .. i + 15 (little-endian): one mask load
-    std::memcpy(&half, reinterpret_cast<const unsigned char*>(allowed) + (i >> 3), sizeof half);
-    return FB<Arch>(static_cast<__mmask16>(half));
-  } else
-#endif
-  {
-    const std::uint32_t word = allowed[i >> 5] >> (i & 31);
-    alignas(64) std::int32_t lane_bits[W];
-    for (std::int32_t l = 0; l < W; ++l) lane_bits[l] = static_cast<std::int32_t>(1u << l);
-    const I<Arch> hit = I<Arch>(static_cast<std::int32_t>(word)) & I<Arch>::load_aligned(lane_bits);
-    return xsimd::to_float(hit) != F<Arch>(0.0f);
-  }
+  return kernel::bit_lanes<Arch>(allowed, i, Arch{});
 }
 
 /// Lanes holding NaN or +inf (invalid logits; -inf is a masked token).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE FB<Arch> invalid_logit(const F<Arch>& l) {
-#if XSIMD_WITH_AVX512DQ
-  if constexpr (kAvx512dq<Arch>) {
-    return FB<Arch>(_mm512_fpclass_ps_mask(l, 0x89));  // QNaN, +inf, SNaN: one instruction
-  } else
-#endif
-  {
-    return !(l < F<Arch>(core::kInf));
-  }
+  return kernel::nan_or_inf(l, Arch{});
 }
 
 /// Step 1 in lanes (guidance where the row has it); with kValidate, `ok` is cleared in lanes whose
@@ -263,15 +213,10 @@ std::int32_t for_entries(const core::Overlay& o, std::int32_t end, Fn fn) {
   return m;
 }
 
-/// p[index] lane by lane (xsimd 8.1's batch::gather takes its generic element-wise path on AVX-512).
+/// p[index] lane by lane.
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE F<Arch> gather_at(const float* p, const I<Arch>& index) {
-#if XSIMD_WITH_AVX512F
-  if constexpr (kAvx512<Arch>) {  // the masked form: g++ 12 calls the plain one's operand uninitialised
-    return F<Arch>(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, index, p, sizeof(float)));
-  }
-#endif
-  return F<Arch>::gather(p, index);
+  return kernel::gather_at(p, index, Arch{});
 }
 
 /// p[index] lane by lane, widened: a 16-bit row's entries one by one (they are few).
@@ -409,21 +354,8 @@ Scan scan(const LogitRow<Logit>& row, bool collect, std::int32_t k, float* scrat
   FB<Arch> ok(true);
   float pivot = -core::kFloatMax;
   std::int32_t count = 0, compact_at = std::max(kCompactAt, 2 * k);
-  const auto gather = [&](const B& g) {  // appends the lanes >= pivot
-#if XSIMD_WITH_AVX512F
-    if constexpr (kAvx512<Arch>) {
-      // Compress in a register, then a plain store: count + W <= (elements read) <= n.
-      const auto keep = g >= B(pivot);
-      _mm512_storeu_ps(scratch + count, _mm512_maskz_compress_ps(keep, g));
-      count += __builtin_popcount(static_cast<unsigned>(__mmask16(keep)));
-      return;
-    }
-#endif
-    alignas(64) float lanes[W];
-    g.store_aligned(lanes);
-    for (std::int32_t l = 0; l < W; ++l) {
-      if (lanes[l] >= pivot) scratch[count++] = lanes[l];
-    }
+  const auto gather = [&](const B& g) {  // appends the lanes >= pivot: count + W <= (elements read) <= n
+    count = kernel::append_at_least(scratch, count, g, pivot, Arch{});
   };
   const auto compact = [&] {  // raise the pivot to the k-th largest value collected so far
     if (k <= 0 || count < compact_at) return;

@@ -16,6 +16,9 @@
 
 #include "specverify/core/logit_rows.hpp"
 #include "specverify/core/row_math.hpp"
+#include "specverify/cpu/arch/avx/widen_double.hpp"
+#include "specverify/cpu/arch/avx512f/widen_double.hpp"
+#include "specverify/cpu/arch/sse2/widen_double.hpp"
 #include "specverify/cpu/draw.hpp"
 #include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/inlining.hpp"
@@ -39,6 +42,8 @@ inline xsimd::batch<T, Arch> lane_max(const xsimd::batch<T, Arch>& a, const xsim
   return xsimd::select(a > b, a, b);
 }
 
+namespace kernel {
+
 /// Other architectures (NEON, ...): W/2 lanes of v from `first` on, as doubles, through memory.
 template <class Arch>
 inline xsimd::batch<double, Arch> widen_through_memory(const xsimd::batch<float, Arch>& v, std::size_t first) {
@@ -49,63 +54,34 @@ inline xsimd::batch<double, Arch> widen_through_memory(const xsimd::batch<float,
   return xsimd::batch<double, Arch>::load_aligned(wide);
 }
 
-// g++ 12 reports the _mm*_undefined_* operand inside the AVX-512 cast and extract intrinsics as
-// uninitialised (a false positive); silenced here alone so -Werror users stay clean.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-/// Float lanes [0, W/2) and [W/2, W) of v as doubles, in registers. Not xsimd's converting load
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_low(const xsimd::batch<float, Arch>& v,
+                                                              xsimd::kernel::requires_arch<xsimd::generic>) {
+  return widen_through_memory(v, 0);
+}
+
+template <class Arch>
+SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_high(const xsimd::batch<float, Arch>& v,
+                                                               xsimd::kernel::requires_arch<xsimd::generic>) {
+  return widen_through_memory(v, xsimd::batch<double, Arch>::size);
+}
+
+}  // namespace kernel
+
+/// Float lanes [0, W/2) and [W/2, W) of v as doubles, in registers where the instruction set
+/// converts them (cpu/arch/<arch>/widen_double.hpp). Not xsimd's converting load
 /// (batch<double>::load_unaligned(const float*)): xsimd 8.1 converts through a stack buffer, and
 /// at -O2 g++ keeps it: two half-width stores, then a full-width load they cannot forward to,
 /// every vector (the residual draw ran 6x slower than at -O3).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_low(const xsimd::batch<float, Arch>& v) {
-#if XSIMD_WITH_AVX512F
-  if constexpr (kAvx512<Arch>) {
-    return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-  } else
-#endif
-#if XSIMD_WITH_AVX
-  if constexpr (std::is_base_of<xsimd::avx, Arch>::value) {
-    return _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-  } else
-#endif
-#if XSIMD_WITH_SSE2
-  if constexpr (std::is_base_of<xsimd::sse2, Arch>::value) {
-    return _mm_cvtps_pd(v);
-  } else
-#endif
-  {
-    return widen_through_memory(v, 0);
-  }
+  return kernel::widen_low(v, Arch{});
 }
 
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch<double, Arch> widen_high(const xsimd::batch<float, Arch>& v) {
-#if XSIMD_WITH_AVX512F
-  if constexpr (kAvx512<Arch>) {
-    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  } else
-#endif
-#if XSIMD_WITH_AVX
-  if constexpr (std::is_base_of<xsimd::avx, Arch>::value) {
-    return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-  } else
-#endif
-#if XSIMD_WITH_SSE2
-  if constexpr (std::is_base_of<xsimd::sse2, Arch>::value) {
-    return _mm_cvtps_pd(_mm_movehl_ps(v, v));
-  } else
-#endif
-  {
-    return widen_through_memory(v, xsimd::batch<double, Arch>::size);
-  }
+  return kernel::widen_high(v, Arch{});
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 // Lane-wise unsigned max. xsimd::max, because xsimd 8.1's integer select does not compile on
 // AVX-512BW at -O0; and g++ 12 reports a false -Wmaybe-uninitialized inside the AVX-512

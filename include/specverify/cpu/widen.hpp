@@ -23,7 +23,7 @@ static_assert(sizeof(float16) == 2 && sizeof(bfloat16) == 2, "16-bit rows are ar
 namespace kernel {
 
 /// W 16-bit lanes from p, zero-extended: element by element where no arch overload applies (AVX
-/// without AVX2 has no 256-bit integer widening).
+/// without AVX2 has no 256-bit integer widening; xsimd's avx derives from generic, not sse2).
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch<std::int32_t, Arch> load_u16(const std::uint16_t* p,
                                                                   xsimd::kernel::requires_arch<xsimd::generic>) {
@@ -32,14 +32,6 @@ SPECVERIFY_ALWAYS_INLINE xsimd::batch<std::int32_t, Arch> load_u16(const std::ui
   for (std::size_t l = 0; l < I::size; ++l) lanes[l] = p[l];
   return I::load_aligned(lanes);
 }
-
-#if XSIMD_WITH_AVX
-template <class Arch>
-SPECVERIFY_ALWAYS_INLINE xsimd::batch<std::int32_t, Arch> load_u16(const std::uint16_t* p,
-                                                                  xsimd::kernel::requires_arch<xsimd::avx>) {
-  return load_u16<Arch>(p, xsimd::generic{});
-}
-#endif
 
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch<float, Arch> widen(const bfloat16* p, xsimd::kernel::requires_arch<xsimd::generic>) {
