@@ -7,7 +7,7 @@
 // the percentile interval is already first-order accurate; it respects the statistic's range
 // (tokens per call >= 1, TV >= 0) and transformations, and needs nothing but the resamples. BCa's
 // correction is second order, and its acceleration comes from a jackknife over a few dozen prompts
-// that is itself noisy. tests/test_comparison.cpp checks the coverage on a skewed known
+// that is itself noisy. tools/compare_rules/test_comparison.cpp checks the coverage on a skewed known
 // distribution. Deterministic: the resampled index sets come from one seeded mt19937_64 and
 // uniform_int via rng() % n (no implementation-defined distribution), so a seed gives the same
 // interval on every platform.

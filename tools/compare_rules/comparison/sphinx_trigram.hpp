@@ -8,7 +8,7 @@
 // previous word -> trigram entries keyed by the word before that), 16-bit quantised bigram and
 // trigram values, float unigrams, all in log base 1.0001 units. This reader keeps the stored
 // floats and adds them in the library's order, so every score equals libsphinxbase's
-// ngram_ng_prob (which truncates the same float sum to an integer): tests/test_comparison.cpp
+// ngram_ng_prob (which truncates the same float sum to an integer): tools/compare_rules/test_comparison.cpp
 // checks that word by word against the library.
 //
 // Scores (Katz back-off, as lm_trie_score computes them), context (w1, w2), w2 the latest word:
