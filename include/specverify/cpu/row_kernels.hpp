@@ -12,7 +12,6 @@
 #include <cfloat>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "specverify/core/logit_rows.hpp"
 #include "specverify/core/row_math.hpp"
