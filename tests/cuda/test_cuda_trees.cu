@@ -285,7 +285,7 @@ TEST(BadTrees, TheDeviceRefusesAWideNodeTheCpuWalks) {
     cuda_ok(cuda::verify(Standard{}, d.batch, r, d.out, d.workspace, nullptr));
     cuda::check(d.workspace, nullptr);
   });
-  EXPECT_THAT(got, HasSubstr("sequence 0, node 64: more than 64 children rejected at one node"));
+  EXPECT_THAT(got, HasSubstr("sequence 0, node 64: more than 64 rejected children kept at once"));
   Trees gpu = wide;
   d.read_into(gpu);
   expect_untouched(gpu);

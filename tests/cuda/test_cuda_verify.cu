@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -124,8 +125,9 @@ Chains random_chains(std::int32_t B, std::int32_t V, std::int32_t max_k, bool on
     for (std::int32_t j = 0; j <= k; ++j) {
       auto logits = testing::random_logits(V, rng);
       auto p = testing::softmax(logits);
-      if (V > 8 && j % 2) {  // mask the tail, as top-k does
-        for (std::int32_t v = 0; v < V; v += 3) p[v] = 0.0f;
+      if (V > 8 && j % 2) {  // mask part of the row as top-k does, which keeps the top token
+        const auto top = std::max_element(p.begin(), p.end()) - p.begin();
+        for (std::int32_t v = 0; v < V; v += 3) p[v] = v == top ? p[v] : 0.0f;
       }
       ps.push_back(p);
       if (j == k) break;

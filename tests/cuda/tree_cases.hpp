@@ -110,8 +110,9 @@ inline Trees random_trees(std::int32_t B, std::int32_t V, std::int32_t max_nodes
     for (std::int32_t r = 0; r <= n; ++r) {
       auto logits = random_logits(V, rng);
       auto p = softmax(logits);
-      if (V > 8 && r % 2) {
-        for (std::int32_t v = 0; v < V; v += 3) p[std::size_t(v)] = 0.0f;
+      if (V > 8 && r % 2) {  // mask part of the row as top-k does, which keeps the top token
+        const auto top = std::max_element(p.begin(), p.end()) - p.begin();
+        for (std::int32_t v = 0; v < V; v += 3) p[std::size_t(v)] = v == top ? p[std::size_t(v)] : 0.0f;
       }
       ps.push_back(p);
       for (auto& l : logits) l += noise(rng);
