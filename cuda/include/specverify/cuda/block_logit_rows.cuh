@@ -37,7 +37,9 @@
 #include "specverify/core/residual.hpp"
 #include "specverify/core/row_math.hpp"
 #include "specverify/core/walk_steps.hpp"
+#include "specverify/cuda/block_draw.cuh"
 #include "specverify/cuda/block_rows.cuh"
+#include "specverify/cuda/block_stride.cuh"
 #include "specverify/rule.hpp"
 
 namespace specverify::cuda {
@@ -80,10 +82,9 @@ struct CountOp {
 template <class Logit, int kThreads>
 class BlockLogitRows {
   static_assert(kThreads % 32 == 0 && kThreads >= 64, "a whole number of warps, at least two");
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kChunksPerThread = (core::kMaxChunks + kThreads - 1) / kThreads;
   static constexpr int kBins = 256;  // radix select: 8-bit digits
   static constexpr int kBinsPerThread = (kBins + kThreads - 1) / kThreads;
+  static constexpr int kCandidates = 1024;  // top_p reads at most this many from shared memory
   using Top = cub::KeyValuePair<int, float>;
   using Best = cub::KeyValuePair<int, double>;
 
@@ -91,8 +92,8 @@ class BlockLogitRows {
   using View = core::LogitView<Logit>;
   std::int32_t n;  // target vocabulary size
 
-  /// Shared memory the operations work in: CUB temporaries, a radix histogram or a draw's chunk
-  /// sums, and broadcast slots. Declare it __shared__ and hand it to the constructor.
+  /// Shared memory the operations work in: CUB temporaries, a radix histogram or a draw's
+  /// storage, and broadcast slots. Declare it __shared__ and hand it to the constructor.
   struct Shared {
     union {
       typename cub::BlockReduce<Top, kThreads>::TempStorage top;
@@ -101,11 +102,11 @@ class BlockLogitRows {
       typename cub::BlockReduce<unsigned, kThreads>::TempStorage bits;
       typename cub::BlockReduce<int, kThreads>::TempStorage count;
       typename cub::BlockScan<int, kThreads>::TempStorage counts;
-      typename cub::BlockScan<double, kThreads>::TempStorage scan;
     } cub;
     union {
       int histogram[kBins];
-      double chunks[core::kMaxChunks];  // a draw's chunk sums, then the mass before each chunk
+      float candidates[kCandidates];  // top_p's after top_k
+      typename BlockDraw<kThreads>::TempStorage draw;
     } work;
     // Two rows' list filters (LogitRow::may_be_listed), taken in turn by open(): a view reads its
     // own until the second open() after it, as the walk's views live.
@@ -146,12 +147,12 @@ class BlockLogitRows {
     Top t(INT_MAX, -core::kInf);
     bool bad = false;
     int finite = 0;
-    for (std::int32_t i = threadIdx.x; i < row.n; i += kThreads) {
+    block_stride<kThreads>(row.n, [&](std::int32_t i) {
       const core::Processed e = core::processed_logit(row, i);
       bad |= !e.valid;
       if (e.g > t.value) t = Top(i, e.g);
       finite += e.g > -core::kInf;
-    }
+    });
     __syncthreads();  // the temporaries may still be read from the previous operation
     t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
     if (threadIdx.x == 0) {
@@ -192,7 +193,7 @@ class BlockLogitRows {
   __device__ Checked<float> entropy(const View& p) {
     if (p.greedy || !p.has_mass()) return {0.0f, p.ok};
     double h = 0.0;
-    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) h += core::entropy_term(value(p, v));
+    block_stride<kThreads>(n, [&](std::int32_t v) { h += core::entropy_term(value(p, v)); });
     return {static_cast<float>(sum(h)), p.ok};
   }
 
@@ -205,9 +206,7 @@ class BlockLogitRows {
       return {static_cast<float>(off + core::divergence_term(d, a, 1.0)), p.ok};
     }
     double s = 0.0;
-    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) {
-      s += core::divergence_term(d, value(p, v), value(*q, v));
-    }
+    block_stride<kThreads>(n, [&](std::int32_t v) { s += core::divergence_term(d, value(p, v), value(*q, v)); });
     return {static_cast<float>(sum(s)), p.ok && q->ok};
   }
 
@@ -241,7 +240,7 @@ class BlockLogitRows {
   __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
     double s = 0.0;
     const TreeWeights w{*this, r, x, r.collapse(x)};
-    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) s += w(v);
+    block_stride<kThreads>(n, [&](std::int32_t v) { s += w(v); });
     return {sum(s), r.p.ok && (!r.has_q || r.q.ok)};
   }
 
@@ -381,10 +380,10 @@ class BlockLogitRows {
   /// Sum of w over the row's values g >= t (t finite), in double; deterministic for a block size.
   __device__ double kept_mass(const View& view, float t) {
     double s = 0.0;
-    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
+    block_stride<kThreads>(view.row.n, [&](std::int32_t i) {
       const float g = core::processed_logit(view.row, i).g;
       if (g >= t) s += weight(view, g);
-    }
+    });
     return sum(s);
   }
 
@@ -397,12 +396,12 @@ class BlockLogitRows {
       __syncthreads();  // the histogram and the slot of the previous round may still be read
       for (int d = threadIdx.x; d < kBins; d += kThreads) s_.work.histogram[d] = 0;
       __syncthreads();
-      for (std::int32_t i = threadIdx.x; i < row.n; i += kThreads) {
+      block_stride<kThreads>(row.n, [&](std::int32_t i) {
         const float g = core::processed_logit(row, i).g;
-        if (!(g > -core::kInf)) continue;
+        if (!(g > -core::kInf)) return;
         const unsigned key = logit_detail::order_key(g);
         if ((key & mask) == prefix) atomicAdd(&s_.work.histogram[(key >> shift) & 0xffu], 1);
-      }
+      });
       __syncthreads();
       // Counts from the highest digit down: thread t holds digits 255 - t kBinsPerThread - j.
       int counts[kBinsPerThread], above[kBinsPerThread];
@@ -429,24 +428,56 @@ class BlockLogitRows {
   /// candidates >= t hold mass >= top_p of the candidates' mass. Bisection over keys on the
   /// monotone mass M(K) = sum of w over candidates with key >= K, between the lowest candidate of
   /// positive weight (M = the whole mass) and past the max (M = 0); the answer is a candidate key.
+  /// After top_k the candidates are few: they are copied to shared memory once (in thread order,
+  /// so the sums' order is fixed) and the bisection's passes read them there, not the row.
   __device__ float top_p_threshold(const View& view, float top_p) {
+    if (view.threshold > -core::kFloatMax) {
+      int mine = 0;
+      block_stride<kThreads>(view.row.n, [&](std::int32_t i) {
+        mine += core::processed_logit(view.row, i).g >= view.threshold;
+      });
+      int offset = 0, total = 0;
+      __syncthreads();  // the temporaries and the histogram may still be read by kth_largest
+      cub::BlockScan<int, kThreads>(s_.cub.counts).ExclusiveSum(mine, offset, total);
+      if (total <= kCandidates) {
+        block_stride<kThreads>(view.row.n, [&](std::int32_t i) {
+          const float g = core::processed_logit(view.row, i).g;
+          if (g >= view.threshold) s_.work.candidates[offset++] = g;
+        });
+        __syncthreads();
+        return top_p_bisection(view, top_p, total, [&](std::int32_t c) { return s_.work.candidates[c]; });
+      }
+    }
+    return top_p_bisection(view, top_p, view.row.n,
+                           [&](std::int32_t i) { return core::processed_logit(view.row, i).g; });
+  }
+
+  /// top_p_threshold's bisection over the values g(0 .. count - 1) (the row's, or its candidates').
+  template <class Value>
+  __device__ float top_p_bisection(const View& view, float top_p, std::int32_t count, const Value& value) {
     double s = 0.0;
     unsigned lowest = UINT_MAX;
-    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
-      const float g = core::processed_logit(view.row, i).g;
-      if (!(g >= view.threshold)) continue;
+    block_stride<kThreads>(count, [&](std::int32_t i) {
+      const float g = value(i);
+      if (!(g >= view.threshold)) return;
       const float w = weight(view, g);
       if (w > 0.0f) {
         s += w;
         const unsigned key = logit_detail::order_key(g);
         lowest = key < lowest ? key : lowest;
       }
-    }
+    });
     const double need = double(top_p) * sum(s);
     unsigned lo = min_bits(lowest), hi = logit_detail::order_key(view.max) + 1u;
     while (hi - lo > 1u) {
       const unsigned mid = lo + (hi - lo) / 2u;
-      if (kept_mass(view, logit_detail::key_value(mid)) >= need) {
+      const float t = logit_detail::key_value(mid);
+      double m = 0.0;
+      block_stride<kThreads>(count, [&](std::int32_t i) {
+        const float g = value(i);
+        if (g >= t) m += weight(view, g);
+      });
+      if (sum(m) >= need) {
         lo = mid;
       } else {
         hi = mid;
@@ -459,13 +490,13 @@ class BlockLogitRows {
   /// the max, so the max qualifies).
   __device__ float min_p_threshold(const View& view, float min_p) {
     unsigned lowest = logit_detail::order_key(view.max);
-    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
+    block_stride<kThreads>(view.row.n, [&](std::int32_t i) {
       const float g = core::processed_logit(view.row, i).g;
       if (g >= view.threshold && weight(view, g) >= min_p) {
         const unsigned key = logit_detail::order_key(g);
         lowest = key < lowest ? key : lowest;
       }
-    }
+    });
     return logit_detail::key_value(min_bits(lowest));
   }
 
@@ -511,73 +542,12 @@ class BlockLogitRows {
     __device__ double operator()(std::int32_t v) const { return r.weight(rows, x, v, collapse); }
   };
 
-  /// The library's draw, the smallest v with w_0 + ... + w_v > u * sum(w), chunked as BlockRows
-  /// and the CPU chunk it (core::chunk_length): warps sum whole chunks, one block scan of the
-  /// chunk sums finds the chunk holding the crossing, warp 0 rescans it in index order.
+  /// The block's draw (block_draw.cuh); the views checked every value as they were opened.
   template <class Weights>
   __device__ Checked<std::int32_t> draw(const Weights& weight, float u) {
-    const std::int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const std::int32_t chunk = core::chunk_length(n);
-    const std::int32_t chunks = (n + chunk - 1) / chunk;
-    __syncthreads();  // s_.work and the temporaries may still be read from the previous operation
-    for (std::int32_t c = warp; c < chunks; c += kWarps) {
-      const std::int32_t begin = c * chunk, end = begin + chunk < n ? begin + chunk : n;
-      double s = 0.0;
-      for (std::int32_t i = begin + lane; i < end; i += 32) s += weight(i);
-      for (int d = 16; d > 0; d /= 2) s += __shfl_xor_sync(0xffffffffu, s, d);
-      if (lane == 0) s_.work.chunks[c] = s;
-    }
-    __syncthreads();
-
-    double sums[kChunksPerThread], before[kChunksPerThread];
-    for (int k = 0; k < kChunksPerThread; ++k) {
-      const int c = threadIdx.x * kChunksPerThread + k;
-      sums[k] = c < chunks ? s_.work.chunks[c] : 0.0;
-    }
-    double total;
-    cub::BlockScan<double, kThreads>(s_.cub.scan).ExclusiveSum(sums, before, total);
-    if (!(total > 0.0)) return {-1, true};
-    const double threshold = static_cast<double>(u) * total;
-    int crossing = INT_MAX;
-    for (int k = kChunksPerThread - 1; k >= 0; --k) {
-      const int c = threadIdx.x * kChunksPerThread + k;
-      if (c < chunks) {
-        s_.work.chunks[c] = before[k];
-        if (before[k] + sums[k] > threshold || c == chunks - 1) crossing = c;
-      }
-    }
-    crossing = min(crossing);  // its barriers also publish s_.work.chunks
-
-    if (warp == 0) {
-      const std::int32_t begin = crossing * chunk;
-      const std::int32_t end = begin + chunk < n ? begin + chunk : n;
-      double running = s_.work.chunks[crossing];
-      std::int32_t found = -1, last_positive = -1;
-      for (std::int32_t tile = begin; tile < end && found < 0; tile += 32) {
-        const std::int32_t i = tile + lane;
-        const double w = i < end ? weight(i) : 0.0;
-        double prefix = w;
-        for (int d = 1; d < 32; d *= 2) {
-          const double below = __shfl_up_sync(0xffffffffu, prefix, d);
-          if (lane >= d) prefix += below;
-        }
-        const unsigned hit = __ballot_sync(0xffffffffu, w > 0.0 && running + prefix > threshold);
-        const unsigned positive = __ballot_sync(0xffffffffu, w > 0.0);
-        if (hit) found = tile + __ffs(hit) - 1;
-        if (positive) last_positive = tile + 31 - __clz(static_cast<int>(positive));
-        running += __shfl_sync(0xffffffffu, prefix, 31);
-      }
-      // Chunk sums and the rescan round apart in the last bits: at that edge the crossing is the
-      // chunk's last positive weight, or (a chunk left empty) the last one before it.
-      for (std::int32_t tile = begin; found < 0 && last_positive < 0 && tile > 0; tile -= 32) {
-        const std::int32_t i = tile - 32 + lane;
-        const unsigned positive = __ballot_sync(0xffffffffu, i >= 0 && weight(i) > 0.0);
-        if (positive) last_positive = tile - 1 - __clz(static_cast<int>(positive));
-      }
-      if (lane == 0) s_.slot.index = found >= 0 ? found : last_positive;
-    }
-    __syncthreads();
-    return {s_.slot.index, true};
+    const DrawResult r = BlockDraw<kThreads>(s_.work.draw).draw(
+        n, weight, [](std::int32_t) { return false; }, u);
+    return {r.index, r.ok};
   }
 
   Shared& s_;

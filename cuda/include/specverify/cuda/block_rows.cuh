@@ -8,7 +8,6 @@
 #include <cuda_fp16.h>
 
 #include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 
 #include <climits>
 #include <cstdint>
@@ -16,6 +15,8 @@
 #include "specverify/core/residual.hpp"
 #include "specverify/core/row_math.hpp"
 #include "specverify/core/walk_steps.hpp"
+#include "specverify/cuda/block_draw.cuh"
+#include "specverify/cuda/block_stride.cuh"
 #include "specverify/rule.hpp"
 
 namespace specverify::cuda {
@@ -51,9 +52,8 @@ struct SumOp {
 }  // namespace detail
 
 /// Block-cooperative rows of `n` elements of Prob, as core::walk expects them. kThreads is
-/// the block size (a multiple of 32). The inverse-CDF draw follows the CPU's definition
-/// (cpu/row_kernels.hpp): the same chunks (core::chunk_length), weights summed in double, the
-/// crossing chunk found from the chunk sums and rescanned in index order.
+/// the block size (a multiple of 32). Draws are BlockDraw's (block_draw.cuh), chunked as the
+/// CPU's (cpu/draw.hpp).
 ///
 ///   __shared__ typename BlockRows<float, 256>::Shared shared;
 ///   BlockRows<float, 256> rows(shared, batch.vocab_size);
@@ -61,23 +61,20 @@ struct SumOp {
 template <class Prob, int kThreads>
 class BlockRows {
   static_assert(kThreads % 32 == 0 && kThreads >= 64, "a whole number of warps, at least two");
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kChunksPerThread = (core::kMaxChunks + kThreads - 1) / kThreads;
   using Top = cub::KeyValuePair<int, float>;
 
  public:
   std::int32_t n;  // row length
 
-  /// Shared memory the operations work in: CUB temporaries, the chunk sums of a draw and one
-  /// broadcast slot. Declare it __shared__ and hand it to the constructor.
+  /// Shared memory the operations work in: CUB temporaries, a draw's storage and one broadcast
+  /// slot. Declare it __shared__ and hand it to the constructor.
   struct Shared {
     union {
       typename cub::BlockReduce<Top, kThreads>::TempStorage top;
       typename cub::BlockReduce<double, kThreads>::TempStorage sum;
       typename cub::BlockReduce<int, kThreads>::TempStorage min;
-      typename cub::BlockScan<double, kThreads>::TempStorage scan;
     } cub;
-    double chunks[core::kMaxChunks];  // a draw's chunk sums, then the mass before each chunk
+    typename BlockDraw<kThreads>::TempStorage draw;
     struct {
       double sum;
       float top_value;
@@ -108,11 +105,11 @@ class BlockRows {
   __device__ Checked<float> entropy(const Prob* p) {
     double h = 0.0;
     bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
+    block_stride<kThreads>(n, [&](std::int32_t i) {
       const float v = to_float(p[i]);
       bad |= !core::valid_probability_value(v);
       h += core::entropy_term(v);
-    }
+    });
     return {static_cast<float>(sum(h)), !__syncthreads_or(bad)};
   }
 
@@ -121,12 +118,12 @@ class BlockRows {
     const Prob* q = q_view ? *q_view : nullptr;
     double s = 0.0;
     bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
+    block_stride<kThreads>(n, [&](std::int32_t i) {
       const float pi = to_float(p[i]);
       const float qi = q ? to_float(q[i]) : (i == x ? 1.0f : 0.0f);
       bad |= !core::valid_probability_value(pi) || !core::valid_probability_value(qi);
       s += core::divergence_term(d, pi, qi);
-    }
+    });
     return {static_cast<float>(sum(s)), !__syncthreads_or(bad)};
   }
 
@@ -151,10 +148,10 @@ class BlockRows {
     double s = 0.0;
     bool bad = false;
     const ResidualWeights w{*this, r, x, r.collapse(x)};
-    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
+    block_stride<kThreads>(n, [&](std::int32_t i) {
       bad |= w.bad(i);
       s += w(i);
-    }
+    });
     return {sum(s), !__syncthreads_or(bad)};
   }
 
@@ -188,11 +185,11 @@ class BlockRows {
   __device__ Checked<Top> top(const Prob* p) {
     Top t(-1, -1.0f);
     bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
+    block_stride<kThreads>(n, [&](std::int32_t i) {
       const float v = to_float(p[i]);
       bad |= !core::valid_probability_value(v);
       if (v > t.value) t = Top(i, v);
-    }
+    });
     __syncthreads();
     t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
     if (threadIdx.x == 0) {
@@ -240,83 +237,12 @@ class BlockRows {
     __device__ double operator()(std::int32_t i) const { return r.weight(rows, x, i, collapse); }
   };
 
-  /// Inverse-CDF draw, the smallest i with w_0 + ... + w_i > u * sum(w), in three steps with two
-  /// block barriers: (1) each warp sums whole chunks (no barrier per tile); (2) one block scan of
-  /// the chunk sums finds the chunk holding the crossing; (3) warp 0 rescans that chunk in index
-  /// order, 32 weights at a time. Sums are in double like the CPU's; only their order of
-  /// summation differs, which moves a crossing only when u * sum(w) lies within ~1e-16 of it.
+  /// The block's draw (block_draw.cuh) over weights that name their bad elements.
   template <class Weights>
   __device__ Checked<std::int32_t> draw(const Weights& weight, float u) {
-    const std::int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const std::int32_t chunk = core::chunk_length(n);
-    const std::int32_t chunks = (n + chunk - 1) / chunk;
-    bool bad = false;
-    __syncthreads();  // s_.chunks and the temporaries may still be read from the previous draw
-    for (std::int32_t c = warp; c < chunks; c += kWarps) {
-      const std::int32_t begin = c * chunk, end = begin + chunk < n ? begin + chunk : n;
-      double s = 0.0;
-#pragma unroll 4
-      for (std::int32_t i = begin + lane; i < end; i += 32) {
-        bad |= weight.bad(i);
-        s += weight(i);
-      }
-      for (int d = 16; d > 0; d /= 2) s += __shfl_xor_sync(0xffffffffu, s, d);
-      if (lane == 0) s_.chunks[c] = s;
-    }
-    if (__syncthreads_or(bad)) return {-1, false};
-
-    // (2) Mass before each chunk; the crossing chunk is the first whose end passes u * total
-    // (the last one when rounding leaves the threshold beyond every end, as on the CPU).
-    double sums[kChunksPerThread], before[kChunksPerThread];
-    for (int k = 0; k < kChunksPerThread; ++k) {
-      const int c = threadIdx.x * kChunksPerThread + k;
-      sums[k] = c < chunks ? s_.chunks[c] : 0.0;
-    }
-    double total;
-    cub::BlockScan<double, kThreads>(s_.cub.scan).ExclusiveSum(sums, before, total);
-    if (!(total > 0.0)) return {-1, true};
-    const double threshold = static_cast<double>(u) * total;
-    int crossing = INT_MAX;
-    for (int k = kChunksPerThread - 1; k >= 0; --k) {
-      const int c = threadIdx.x * kChunksPerThread + k;
-      if (c < chunks) {
-        s_.chunks[c] = before[k];
-        if (before[k] + sums[k] > threshold || c == chunks - 1) crossing = c;
-      }
-    }
-    crossing = min(crossing);  // its barriers also publish s_.chunks
-
-    // (3) In-order rescan of the crossing chunk by warp 0; the other warps wait at the barrier.
-    if (warp == 0) {
-      const std::int32_t begin = crossing * chunk;
-      const std::int32_t end = begin + chunk < n ? begin + chunk : n;
-      double running = s_.chunks[crossing];
-      std::int32_t found = -1, last_positive = -1;
-      for (std::int32_t tile = begin; tile < end && found < 0; tile += 32) {
-        const std::int32_t i = tile + lane;
-        const double w = i < end ? weight(i) : 0.0;
-        double prefix = w;  // inclusive prefix within the tile
-        for (int d = 1; d < 32; d *= 2) {
-          const double below = __shfl_up_sync(0xffffffffu, prefix, d);
-          if (lane >= d) prefix += below;
-        }
-        const unsigned hit = __ballot_sync(0xffffffffu, w > 0.0 && running + prefix > threshold);
-        const unsigned positive = __ballot_sync(0xffffffffu, w > 0.0);
-        if (hit) found = tile + __ffs(hit) - 1;
-        if (positive) last_positive = tile + 31 - __clz(static_cast<int>(positive));
-        running += __shfl_sync(0xffffffffu, prefix, 31);
-      }
-      // The chunk sums and this rescan round differently in the last bits; at that edge the
-      // crossing lies at the chunk's last positive weight, or (a chunk left empty) before it.
-      for (std::int32_t tile = begin; found < 0 && last_positive < 0 && tile > 0; tile -= 32) {
-        const std::int32_t i = tile - 32 + lane;
-        const unsigned positive = __ballot_sync(0xffffffffu, i >= 0 && weight(i) > 0.0);
-        if (positive) last_positive = tile - 1 - __clz(static_cast<int>(positive));
-      }
-      if (lane == 0) s_.slot.index = found >= 0 ? found : last_positive;
-    }
-    __syncthreads();
-    return {s_.slot.index, true};
+    const DrawResult r = BlockDraw<kThreads>(s_.draw).draw(
+        n, weight, [&](std::int32_t i) { return weight.bad(i); }, u);
+    return {r.index, r.ok};
   }
 
   Shared& s_;
