@@ -6,13 +6,18 @@
 #   CUDA), and write report.md and report.json with every step's log into one folder.
 #
 #   tools/gpu_check.sh [--out DIR] [--build-dir DIR] [--no-build] [--jobs N] [--python PY] [--quick]
+#                      [--step-timeout S] [--sanitize-timeout S] [--sanitize-filter F]
 #
 #   --out DIR        report folder (default gpu_check_report/<UTC date-time>)
 #   --build-dir DIR  build folder (default build/gpu-check); an existing one is reused
 #   --no-build       skip configure and build (use what --build-dir holds)
 #   --jobs N         parallel build jobs (default: all cores)
 #   --python PY      the interpreter for the module and pytest (default: python3)
-#   --quick          benchmarks with a short minimum time and the PyTorch path's quick shapes
+#   --quick          benchmarks with a short minimum time, the PyTorch path with 10 repetitions (same shapes)
+#   --step-timeout S a step that runs longer than S seconds is stopped and reported as timed out,
+#                    so one slow step (a sanitizer on a long suite) still leaves a report (default: none)
+#   --sanitize-timeout S  the same for each sanitizer run (default: the step timeout)
+#   --sanitize-filter F   the gtest filter the sanitizer runs use (default: every test)
 #
 # Exit status: 0 when every step passed; 1 when a step failed; 2 when no CUDA device was found
 # (everything is still built, and the steps that need a device are reported as "no device").
@@ -21,6 +26,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
 OUT="" BUILD="build/gpu-check" BUILD_STEPS=1 JOBS=$(nproc 2>/dev/null || echo 4) PY=python3 QUICK=0
+STEP_TIMEOUT=0 SANITIZE_TIMEOUT="" SANITIZE_FILTER="*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
@@ -29,10 +35,14 @@ while [ $# -gt 0 ]; do
     --jobs) JOBS=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --step-timeout) STEP_TIMEOUT=$2; shift 2 ;;
+    --sanitize-timeout) SANITIZE_TIMEOUT=$2; shift 2 ;;
+    --sanitize-filter) SANITIZE_FILTER=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 64 ;;
   esac
 done
+SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-$STEP_TIMEOUT}
 OUT=${OUT:-gpu_check_report/$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -46,10 +56,20 @@ step() {
   shift
   echo "== $name"
   start=$(date +%s.%N)
-  "$@" > "$OUT/$name.log" 2>&1
+  if [ "$STEP_TIMEOUT" -gt 0 ]; then
+    timeout --kill-after=10 "$STEP_TIMEOUT" "$@" > "$OUT/$name.log" 2>&1
+  else
+    "$@" > "$OUT/$name.log" 2>&1
+  fi
   rc=$?
   end=$(date +%s.%N)
-  if [ $rc -eq 0 ]; then status=pass; else status="fail (exit $rc)"; FAILED=1; fi
+  if [ $rc -eq 0 ]; then
+    status=pass
+  elif [ "$STEP_TIMEOUT" -gt 0 ] && { [ $rc -eq 124 ] || [ $rc -eq 137 ]; }; then
+    status="timed out after ${STEP_TIMEOUT} s"; FAILED=1
+  else
+    status="fail (exit $rc)"; FAILED=1
+  fi
   awk -v n="$name" -v s="$status" -v a="$start" -v b="$end" 'BEGIN { printf "%s\t%s\t%.1f\n", n, s, b - a }' >> "$STEPS"
   echo "   $status, log: $OUT/$name.log"
 }
@@ -91,10 +111,6 @@ for t in "${CUDA_TESTS[@]}"; do
   if [ ! -x "$bin" ]; then skip "$t" "not built"; continue; fi
   if [ $DEVICE -eq 0 ]; then skip "$t" "no device"; continue; fi
   step "$t" "$bin" --gtest_output="json:$OUT/$t.json"
-  for tool in memcheck racecheck synccheck; do
-    if ! command -v compute-sanitizer > /dev/null; then skip "$t.$tool" "no compute-sanitizer"; continue; fi
-    step "$t.$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin" --gtest_brief=1
-  done
 done
 
 # The Python suite (its CUDA tests skip themselves with a reason where the module has no CUDA part).
@@ -121,9 +137,20 @@ if [ $DEVICE -eq 0 ]; then
   skip bench_cuda_torch "no device"
 else
   QUICK_ARG=()
-  [ $QUICK -eq 1 ] && QUICK_ARG=(--quick)
+  [ $QUICK -eq 1 ] && QUICK_ARG=(--reps 10)
   step bench_cuda_torch "$PY" "$ROOT/python/bench/bench_cuda_torch.py" --json "$OUT/bench_cuda_torch.json" "${QUICK_ARG[@]}"
 fi
+
+# The sanitizers last: the slowest steps, so the tests and benchmarks have reported before them.
+for t in "${CUDA_TESTS[@]}"; do
+  bin="$BUILD/tests/cuda/$t"
+  [ -x "$bin" ] && [ $DEVICE -eq 1 ] || continue
+  for tool in memcheck racecheck synccheck; do
+    if ! command -v compute-sanitizer > /dev/null; then skip "$t.$tool" "no compute-sanitizer"; continue; fi
+    STEP_TIMEOUT=$SANITIZE_TIMEOUT step "$t.$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin" \
+      --gtest_brief=1 --gtest_filter="$SANITIZE_FILTER"
+  done
+done
 
 # The report: the steps' table, then the benchmarks side by side (python3 only for formatting).
 STATUS=$FAILED
