@@ -10,7 +10,7 @@
 // The draw is chunked as the CPU's (core::chunk_length), in three steps with block barriers
 // between them: (1) each warp sums whole chunks; (2) one block scan of the chunk sums finds the
 // chunk holding the crossing; (3) warp 0 rescans that chunk in index order, 32 weights at a time
-// (read 256 at a time).
+// (read 128 at a time).
 // Sums are in double; only their order differs from the CPU's, which moves a crossing only when
 // u * sum(w) lies within ~1e-16 of it.
 #pragma once
@@ -68,7 +68,7 @@ class BlockDraw {
     for (std::int32_t c = warp; c < chunks; c += kWarps) {
       const std::int32_t begin = c * chunk, end = begin + chunk < n ? begin + chunk : n;
       double s = 0.0;
-#pragma unroll 8
+#pragma unroll 4
       for (std::int32_t i = begin + lane; i < end; i += 32) {
         bad |= bad_at(i);
         s += weight(i);
@@ -105,7 +105,7 @@ class BlockDraw {
     // (3) In-order rescan of the crossing chunk by warp 0; the other warps wait at the barrier.
     // kTiles tiles of 32 weights are read together: one memory latency per 32 kTiles weights.
     if (warp == 0) {
-      constexpr int kTiles = 8;
+      constexpr int kTiles = 4;
       const std::int32_t begin = t_.crossing * chunk;
       const std::int32_t end = begin + chunk < n ? begin + chunk : n;
       double running = t_.chunks[t_.crossing];

@@ -39,7 +39,6 @@
 #include "specverify/core/walk_steps.hpp"
 #include "specverify/cuda/block_draw.cuh"
 #include "specverify/cuda/block_rows.cuh"
-#include "specverify/cuda/block_stride.cuh"
 #include "specverify/rule.hpp"
 
 namespace specverify::cuda {
@@ -147,12 +146,12 @@ class BlockLogitRows {
     Top t(INT_MAX, -core::kInf);
     bool bad = false;
     int finite = 0;
-    block_stride<kThreads>(row.n, [&](std::int32_t i) {
+    for (std::int32_t i = threadIdx.x; i < row.n; i += kThreads) {
       const core::Processed e = core::processed_logit(row, i);
       bad |= !e.valid;
       if (e.g > t.value) t = Top(i, e.g);
       finite += e.g > -core::kInf;
-    });
+    }
     __syncthreads();  // the temporaries may still be read from the previous operation
     t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
     if (threadIdx.x == 0) {
@@ -193,7 +192,7 @@ class BlockLogitRows {
   __device__ Checked<float> entropy(const View& p) {
     if (p.greedy || !p.has_mass()) return {0.0f, p.ok};
     double h = 0.0;
-    block_stride<kThreads>(n, [&](std::int32_t v) { h += core::entropy_term(value(p, v)); });
+    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) h += core::entropy_term(value(p, v));
     return {static_cast<float>(sum(h)), p.ok};
   }
 
@@ -206,7 +205,9 @@ class BlockLogitRows {
       return {static_cast<float>(off + core::divergence_term(d, a, 1.0)), p.ok};
     }
     double s = 0.0;
-    block_stride<kThreads>(n, [&](std::int32_t v) { s += core::divergence_term(d, value(p, v), value(*q, v)); });
+    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) {
+      s += core::divergence_term(d, value(p, v), value(*q, v));
+    }
     return {static_cast<float>(sum(s)), p.ok && q->ok};
   }
 
@@ -240,7 +241,7 @@ class BlockLogitRows {
   __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
     double s = 0.0;
     const TreeWeights w{*this, r, x, r.collapse(x)};
-    block_stride<kThreads>(n, [&](std::int32_t v) { s += w(v); });
+    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) s += w(v);
     return {sum(s), r.p.ok && (!r.has_q || r.q.ok)};
   }
 
@@ -380,10 +381,10 @@ class BlockLogitRows {
   /// Sum of w over the row's values g >= t (t finite), in double; deterministic for a block size.
   __device__ double kept_mass(const View& view, float t) {
     double s = 0.0;
-    block_stride<kThreads>(view.row.n, [&](std::int32_t i) {
+    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
       const float g = core::processed_logit(view.row, i).g;
       if (g >= t) s += weight(view, g);
-    });
+    }
     return sum(s);
   }
 
@@ -396,12 +397,12 @@ class BlockLogitRows {
       __syncthreads();  // the histogram and the slot of the previous round may still be read
       for (int d = threadIdx.x; d < kBins; d += kThreads) s_.work.histogram[d] = 0;
       __syncthreads();
-      block_stride<kThreads>(row.n, [&](std::int32_t i) {
+      for (std::int32_t i = threadIdx.x; i < row.n; i += kThreads) {
         const float g = core::processed_logit(row, i).g;
-        if (!(g > -core::kInf)) return;
+        if (!(g > -core::kInf)) continue;
         const unsigned key = logit_detail::order_key(g);
         if ((key & mask) == prefix) atomicAdd(&s_.work.histogram[(key >> shift) & 0xffu], 1);
-      });
+      }
       __syncthreads();
       // Counts from the highest digit down: thread t holds digits 255 - t kBinsPerThread - j.
       int counts[kBinsPerThread], above[kBinsPerThread];
@@ -433,17 +434,17 @@ class BlockLogitRows {
   __device__ float top_p_threshold(const View& view, float top_p) {
     if (view.threshold > -core::kFloatMax) {
       int mine = 0;
-      block_stride<kThreads>(view.row.n, [&](std::int32_t i) {
+      for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
         mine += core::processed_logit(view.row, i).g >= view.threshold;
-      });
+      }
       int offset = 0, total = 0;
       __syncthreads();  // the temporaries and the histogram may still be read by kth_largest
       cub::BlockScan<int, kThreads>(s_.cub.counts).ExclusiveSum(mine, offset, total);
       if (total <= kCandidates) {
-        block_stride<kThreads>(view.row.n, [&](std::int32_t i) {
+        for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
           const float g = core::processed_logit(view.row, i).g;
           if (g >= view.threshold) s_.work.candidates[offset++] = g;
-        });
+        }
         __syncthreads();
         return top_p_bisection(view, top_p, total, [&](std::int32_t c) { return s_.work.candidates[c]; });
       }
@@ -457,26 +458,26 @@ class BlockLogitRows {
   __device__ float top_p_bisection(const View& view, float top_p, std::int32_t count, const Value& value) {
     double s = 0.0;
     unsigned lowest = UINT_MAX;
-    block_stride<kThreads>(count, [&](std::int32_t i) {
+    for (std::int32_t i = threadIdx.x; i < count; i += kThreads) {
       const float g = value(i);
-      if (!(g >= view.threshold)) return;
+      if (!(g >= view.threshold)) continue;
       const float w = weight(view, g);
       if (w > 0.0f) {
         s += w;
         const unsigned key = logit_detail::order_key(g);
         lowest = key < lowest ? key : lowest;
       }
-    });
+    }
     const double need = double(top_p) * sum(s);
     unsigned lo = min_bits(lowest), hi = logit_detail::order_key(view.max) + 1u;
     while (hi - lo > 1u) {
       const unsigned mid = lo + (hi - lo) / 2u;
       const float t = logit_detail::key_value(mid);
       double m = 0.0;
-      block_stride<kThreads>(count, [&](std::int32_t i) {
+      for (std::int32_t i = threadIdx.x; i < count; i += kThreads) {
         const float g = value(i);
         if (g >= t) m += weight(view, g);
-      });
+      }
       if (sum(m) >= need) {
         lo = mid;
       } else {
@@ -490,13 +491,13 @@ class BlockLogitRows {
   /// the max, so the max qualifies).
   __device__ float min_p_threshold(const View& view, float min_p) {
     unsigned lowest = logit_detail::order_key(view.max);
-    block_stride<kThreads>(view.row.n, [&](std::int32_t i) {
+    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
       const float g = core::processed_logit(view.row, i).g;
       if (g >= view.threshold && weight(view, g) >= min_p) {
         const unsigned key = logit_detail::order_key(g);
         lowest = key < lowest ? key : lowest;
       }
-    });
+    }
     return logit_detail::key_value(min_bits(lowest));
   }
 

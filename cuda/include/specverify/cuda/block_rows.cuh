@@ -16,7 +16,6 @@
 #include "specverify/core/row_math.hpp"
 #include "specverify/core/walk_steps.hpp"
 #include "specverify/cuda/block_draw.cuh"
-#include "specverify/cuda/block_stride.cuh"
 #include "specverify/rule.hpp"
 
 namespace specverify::cuda {
@@ -105,11 +104,11 @@ class BlockRows {
   __device__ Checked<float> entropy(const Prob* p) {
     double h = 0.0;
     bool bad = false;
-    block_stride<kThreads>(n, [&](std::int32_t i) {
+    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
       const float v = to_float(p[i]);
       bad |= !core::valid_probability_value(v);
       h += core::entropy_term(v);
-    });
+    }
     return {static_cast<float>(sum(h)), !__syncthreads_or(bad)};
   }
 
@@ -118,12 +117,12 @@ class BlockRows {
     const Prob* q = q_view ? *q_view : nullptr;
     double s = 0.0;
     bool bad = false;
-    block_stride<kThreads>(n, [&](std::int32_t i) {
+    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
       const float pi = to_float(p[i]);
       const float qi = q ? to_float(q[i]) : (i == x ? 1.0f : 0.0f);
       bad |= !core::valid_probability_value(pi) || !core::valid_probability_value(qi);
       s += core::divergence_term(d, pi, qi);
-    });
+    }
     return {static_cast<float>(sum(s)), !__syncthreads_or(bad)};
   }
 
@@ -148,10 +147,10 @@ class BlockRows {
     double s = 0.0;
     bool bad = false;
     const ResidualWeights w{*this, r, x, r.collapse(x)};
-    block_stride<kThreads>(n, [&](std::int32_t i) {
+    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
       bad |= w.bad(i);
       s += w(i);
-    });
+    }
     return {sum(s), !__syncthreads_or(bad)};
   }
 
@@ -185,11 +184,11 @@ class BlockRows {
   __device__ Checked<Top> top(const Prob* p) {
     Top t(-1, -1.0f);
     bool bad = false;
-    block_stride<kThreads>(n, [&](std::int32_t i) {
+    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
       const float v = to_float(p[i]);
       bad |= !core::valid_probability_value(v);
       if (v > t.value) t = Top(i, v);
-    });
+    }
     __syncthreads();
     t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
     if (threadIdx.x == 0) {
