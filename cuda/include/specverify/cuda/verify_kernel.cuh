@@ -84,8 +84,9 @@ __global__ void __launch_bounds__(kThreads)
   core::WalkResult result;
   if (walkable) {
     const auto source = core::ProbSource<Prob>::of(batch);
-    // Every thread walks alike; thread 0 alone stages the logprobs.
-    float* stage = staging && threadIdx.x == 0 ? staging + std::int64_t{b} * row_width : nullptr;
+    // Every thread walks alike and stages the same logprobs: the joint walks (Block, Traversal)
+    // open rows for them, and an open is a block operation every thread must enter.
+    float* stage = staging ? staging + std::int64_t{b} * row_width : nullptr;
     result = core::walk(rule, Checks::Layout::of(batch), source, r, b, rows, stage);
     if (result.fault.kind != core::FaultKind::none) {
       core::name_bad_value(result.fault, b, source, [&](const Prob* row, float& value) {

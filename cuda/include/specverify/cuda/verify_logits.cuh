@@ -194,8 +194,9 @@ __global__ void __launch_bounds__(kThreads)
   core::WalkResult result;
   if (walkable) {
     const auto source = core::LogitSource<Logit>::of(batch, Checks::offsets(shape), target_to_draft);
-    // Every thread walks alike; thread 0 alone stages the logprobs.
-    float* stage = staging && threadIdx.x == 0 ? staging + std::int64_t{b} * row_width : nullptr;
+    // Every thread walks alike and stages the same logprobs: the joint walks (Block, Traversal)
+    // open rows for them, and an open is a block operation every thread must enter.
+    float* stage = staging ? staging + std::int64_t{b} * row_width : nullptr;
     result = core::walk(rule, Checks::Layout::of(shape), source, r, b, rows, stage);
     if (result.fault.kind != core::FaultKind::none) {
       // A row's pre-pass knows only that it read a bad logit: name the first, as the host does.
