@@ -357,8 +357,10 @@ void expect_same(const RulePair<Rule>& rule, const LogitsCase& c, Randomness r) 
   r.positions = c.positions.data();
   dr.positions = dc.positions.get();
   VerifyStats cpu_stats;
-  // Rules that cut chains (SpecDecPP) or decide them jointly (Block) have no tree form.
-  constexpr bool kChainsOnly = specverify::detail::has_cut<Rule>::value || specverify::detail::has_joint<Rule>::value;
+  // Rules that cut chains (SpecDecPP) or decide them jointly as Block does have no tree form
+  // (Traversal, joint too, is a tree rule).
+  constexpr bool kChainsOnly =
+      specverify::detail::has_cut<Rule>::value || rule_traits<Rule>::joint == Joint::block;
   if constexpr (kChainsOnly) {
     ASSERT_FALSE(c.tree) << "this rule has no tree form";
   }
