@@ -118,7 +118,7 @@ void VerifyRule(benchmark::State& state, Rule rule, Config config) {
   if (bytes <= 1e9) {
     scalar_time = seconds([&] {
       for (std::int32_t b = 0; b < config.B; ++b) {
-        ScalarRows scalar{config.V};
+        testing::ScalarRows scalar{config.V};
         benchmark::DoNotOptimize(core::walk(rule, core::ChainLayout::of(batch),
                                             core::ProbSource<float>::of(batch), randomness, b, scalar)
                                      .extra);

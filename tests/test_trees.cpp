@@ -8,9 +8,9 @@
 #include <random>
 #include <string>
 
-#include "bad_trees.hpp"
 #include "markov.hpp"
 #include "tree_decode.hpp"
+#include "trees.hpp"
 #include "typical_acceptance.hpp"
 
 namespace specverify {
@@ -197,9 +197,7 @@ void expect_chain_equals_tree(const Rule& rule, bool one_hot) {
   for (std::int32_t trial = 0; trial < 150; ++trial) {
     const std::int32_t V = 1 + std::int32_t(rng() % 40), B = 1 + std::int32_t(rng() % 5);
     testing::Chains chains(V, one_hot);
-    Trees trees(V);
-    trees.with_q = !one_hot;
-    trees.drafted = one_hot ? Drafted::deterministic : Drafted::sampled;
+    Trees trees(V, one_hot ? Drafted::deterministic : Drafted::sampled);
     const auto row = [&] {
       auto r = testing::random_distribution(V, rng, 1.0 + double(rng() % 4));
       for (auto& v : r) if (rng() % 5 == 0) v = 0.0f;  // masked tokens
@@ -269,9 +267,7 @@ TEST(TreeGreedy, FollowsTheChildEqualToArgmaxLowestIndexOnTies) {
   // Node 1's p has argmax 3, which its second child carries.
   const std::vector<float> root = {0.1f, 0.35f, 0.35f, 0.2f}, after1 = {0.2f, 0.1f, 0.3f, 0.4f},
                            bonus = {0.25f, 0.25f, 0.25f, 0.25f}, u = {0.25f, 0.25f, 0.25f, 0.25f};
-  Trees t(4);
-  t.drafted = Drafted::deterministic;
-  t.with_q = false;
+  Trees t(4, Drafted::deterministic);
   t.add({-1, -1, -1, 1, 1}, {2, 1, 1, 0, 3}, {root, u, after1, u, u, bonus}, {u, u, u, u, u, u});
   const TreeOutput out = t.output();
   verify(Greedy{}, t.batch(), t.randomness(), out);
@@ -336,9 +332,7 @@ struct Spy {
 /// uniforms 0.9, 0.5, 0.99 (node 0 and 1 fail the standard test, node 2 passes it).
 Trees worked_tree(Drafted how) {
   const std::vector<float> p = {0.5f, 0.3f, 0.2f, 0.0f}, q = {0.2f, 0.5f, 0.1f, 0.2f}, u(4, 0.25f);
-  Trees t(4);
-  t.drafted = how;
-  t.with_q = how != Drafted::deterministic;
+  Trees t(4, how);
   t.add({-1, -1, -1}, {1, 3, 0}, {p, u, u, u}, {q, u, u, u});
   t.accept_u = {0.9f, 0.5f, 0.99f};
   t.sample_u = {0.5f};
@@ -384,8 +378,7 @@ TEST(TreeRelaxed, WithoutReplacementSeesRenormalisedDraft) {
 // the second child for sure).
 TEST(TreeRelaxed, WithoutReplacementRenormalisesByTheRowsMass) {
   const std::vector<float> p = {0.2f, 0.5f, 0.3f}, q = {1e-9f, 1.0f, 2e-9f}, u(3, 1.0f / 3);
-  Trees t(3);
-  t.drafted = Drafted::sampled_without_replacement;
+  Trees t(3, Drafted::sampled_without_replacement);
   t.add({-1, -1}, {1, 2}, {p, u, u}, {q, u, u});
   t.accept_u = {0.99f, 0.95f};  // r(2) = 0.6 after rejecting token 1: 0.95 * 2/3 > 0.6
   t.sample_u = {0.5f};
@@ -435,9 +428,7 @@ void expect_no_masked_token(const Rule& rule) {
   for (std::int32_t trial = 0; trial < 300; ++trial) {
     const std::int32_t V = 6;
     const Drafted how = static_cast<Drafted>(trial % 3);
-    Trees t(V);
-    t.drafted = how;
-    t.with_q = how != Drafted::deterministic;
+    Trees t(V, how);
     for (std::int32_t b = 0; b < 3; ++b) {
       std::vector<std::vector<float>> ps, qs;
       for (std::size_t i = 0; i <= kRagged.size(); ++i) {
@@ -552,9 +543,7 @@ void expect_wide_root_rejects_every_child(const Rule& rule, const char* name) {
   std::vector<std::int32_t> parents(n, -1), tokens(n);
   std::iota(tokens.begin(), tokens.end(), 0);
   for (Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement, Drafted::deterministic}) {
-    Trees t(V);
-    t.drafted = how;
-    t.with_q = how != Drafted::deterministic;
+    Trees t(V, how);
     t.add(parents, tokens, std::vector<std::vector<float>>(n + 1, p), std::vector<std::vector<float>>(n + 1, q));
     std::vector<float> target_logits, draft_logits;
     for (std::int32_t r = 0; r <= n; ++r) {
@@ -604,23 +593,21 @@ TEST(WideTrees, EveryResidualRuleRejectsAHundredAndTwentyChildrenOfOneNode) {
   expect_wide_root_rejects_every_child(Sprinter{0.5f, scores.data()}, "Sprinter");
 }
 
-// ---- Bad trees (tests/bad_trees.hpp, shared with the CUDA suite).
+// ---- Bad trees (tests/support/trees.hpp, shared with the CUDA suite).
 
 TEST(BadTrees, InvalidInputNamesTheFaultAndWritesNothing) {
-  for (const auto& bad : testing::bad_trees()) {
-    for (Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement}) {
-      Trees t = testing::two_trees(how);
-      bad.apply(t);
-      const TreeOutput out = t.output();
+  for (Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement}) {
+    for (auto& bad : testing::bad_trees(how)) {
+      const TreeOutput out = bad.trees.output();
       try {
-        verify(Standard{}, t.batch(), t.randomness(), out);
+        verify(Standard{}, bad.batch(), bad.trees.randomness(), out);
         ADD_FAILURE() << bad.name << ": no invalid_input";
       } catch (const invalid_input& e) {
-        for (const auto& part : bad.expected) {
+        for (const auto& part : bad.fragments) {
           EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << bad.name << ": " << e.what();
         }
       }
-      EXPECT_TRUE(t.untouched()) << bad.name;
+      EXPECT_TRUE(bad.trees.untouched()) << bad.name;
     }
   }
 }

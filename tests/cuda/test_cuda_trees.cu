@@ -1,21 +1,19 @@
 // Trees on CUDA against the CPU: identical tokens, accepted nodes, logprobs, counts and statistics
 // on random ragged trees, for every rule with a tree form and every Drafted (float rows, and
-// __half / bf16 against the CPU on the converted rows); every malformed tree of tree_cases.hpp
+// __half / bf16 against the CPU on the converted rows); every malformed tree of trees.hpp
 // reported by check() in the CPU's words with nothing written; and sequence-level exactness of
 // Standard on trees on the GPU, with a negative control that must fail. The CPU halves run
 // anywhere; the device halves skip where there is no CUDA device.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "device_support.cuh"
 #include "support.hpp"
-#include "tree_cases.hpp"
+#include "trees.hpp"
 #include "typical_acceptance.hpp"
 
 namespace specverify {
@@ -56,7 +54,7 @@ struct DeviceTrees {
     batch.parents = parents.get();
     batch.draft_tokens = tokens.get();
     batch.target_probs = p.get();
-    batch.draft_probs = t.q.empty() ? nullptr : q.get();
+    batch.draft_probs = t.with_q ? q.get() : nullptr;
     batch.drafted = t.drafted;
     Trees filled = t;
     filled.output();
@@ -221,28 +219,24 @@ TEST(TreeOutputs, AcceptedNodesAndLogprobsAreOptional) {
   cuda::check(small, nullptr);
   EXPECT_EQ(d.out_tokens.read(), cpu.out_tokens);
   EXPECT_EQ(d.accepted.read(), cpu.accepted);
-  for (const std::int32_t n : d.nodes.read()) ASSERT_EQ(n, 12345) << "accepted_nodes written without a pointer";
-  for (const float l : d.logprobs.read()) ASSERT_TRUE(std::isnan(l)) << "logprobs written without a pointer";
+  for (const std::int32_t n : d.nodes.read()) {
+    ASSERT_EQ(n, Trees::kSentinel) << "accepted_nodes written without a pointer";
+  }
+  for (const float l : d.logprobs.read()) {
+    ASSERT_EQ(l, Trees::kSentinelLogprob) << "logprobs written without a pointer";
+  }
 }
 
 // ---- Bad trees: the CPU's message, word for word, and nothing written ----
 
-void expect_untouched(const Trees& t) {
-  for (auto v : t.out_tokens) ASSERT_EQ(v, 12345) << "tokens written despite the fault";
-  for (auto v : t.accepted) ASSERT_EQ(v, 12345) << "counts written despite the fault";
-  for (auto v : t.nodes) ASSERT_EQ(v, 12345) << "accepted nodes written despite the fault";
-  for (auto v : t.logprobs) ASSERT_TRUE(std::isnan(v)) << "logprobs written despite the fault";
-}
-
 /// The CPU's message for a case, after checking its fragments and that nothing was written.
 std::string cpu_message(testing::BadTree& c) {
-  TreeBatch<float> batch = c.trees.batch();
-  c.edit(batch);
   const TreeOutput out = c.trees.output();
-  const std::string message = testing::message_of([&] { verify(Standard{}, batch, c.randomness(), out); });
+  const std::string message =
+      testing::message_of([&] { verify(Standard{}, c.batch(), c.trees.randomness(), out); });
   EXPECT_NE(message, "") << c.name << ": no invalid_input";
   for (const auto& f : c.fragments) EXPECT_THAT(message, HasSubstr(f)) << c.name;
-  expect_untouched(c.trees);
+  EXPECT_TRUE(c.trees.untouched()) << c.name << ": written despite the fault";
   return message;
 }
 
@@ -257,7 +251,7 @@ TEST(BadTrees, TheDeviceGivesTheCpusMessageAndWritesNothing) {
     DeviceTrees<float> d(c.trees);
     TreeBatch<float> batch = d.batch;
     c.edit(batch);
-    const Randomness r = d.on_device(c.randomness(), c.trees);
+    const Randomness r = d.on_device(c.trees.randomness(), c.trees);
     // Shape faults throw from verify, the rest from check: the message is the same either way.
     const std::string got = testing::message_of([&] {
       cuda_ok(cuda::verify(Standard{}, batch, r, d.out, d.workspace, nullptr));
@@ -266,7 +260,7 @@ TEST(BadTrees, TheDeviceGivesTheCpusMessageAndWritesNothing) {
     EXPECT_EQ(got, expected) << c.name;
     Trees gpu = c.trees;
     d.read_into(gpu);
-    expect_untouched(gpu);
+    EXPECT_TRUE(gpu.untouched()) << c.name << ": written despite the fault";
     EXPECT_EQ(cuda::read_stats(d.workspace, nullptr).drafted, 0) << c.name;
   }
 }
@@ -288,12 +282,12 @@ TEST(BadTrees, TheDeviceRefusesAWideNodeTheCpuWalks) {
   EXPECT_THAT(got, HasSubstr("sequence 0, node 64: more than 64 rejected children kept at once"));
   Trees gpu = wide;
   d.read_into(gpu);
-  expect_untouched(gpu);
+  EXPECT_TRUE(gpu.untouched()) << "written despite the refusal";
 }
 
 TEST(BadTrees, ADeterministicTreeNeedsNoDraftRows) {
   Trees t = testing::two_trees(Drafted::deterministic);
-  ASSERT_TRUE(t.q.empty());
+  ASSERT_EQ(t.batch().draft_probs, nullptr);
   EXPECT_NO_THROW(verify(Standard{}, t.batch(), Randomness{1}, t.output()));
   if (!testing::has_device()) GTEST_SKIP() << "no CUDA device (the CPU half passed)";
   Trees cpu = t;
@@ -315,12 +309,12 @@ TEST(BadTrees, RuleParametersThrowFromVerifyAsOnTheCpu) {
   expect_thrown(Fsd{static_cast<Divergence>(99), 0.3f}, "rule parameter divergence = 99 is out of range");
   expect_thrown(ReducibleFsd{static_cast<Divergence>(-3), 0.3f}, "rule parameter divergence = -3 is out of range");
   expect_thrown(Sprinter{0.5f, nullptr}, "rule parameter verifier_scores is null");
-  expect_untouched(t);
+  EXPECT_TRUE(t.untouched()) << "written despite the fault";
 }
 
 TEST(BadTrees, PerNodeRuleInputsAreCheckedWhereTheDataLives) {
   Trees t = testing::two_trees();
-  const std::vector<float> scores{0.5f, 0.5f, 0.5f, 1.5f};
+  const std::vector<float> scores{0.5f, 0.5f, 0.5f, 1.5f, 0.5f, 0.5f, 0.5f};
   const std::string expected = testing::message_of(
       [&] { verify(Sprinter{0.5f, scores.data()}, t.batch(), Randomness{}, t.output()); });
   EXPECT_EQ(expected, "specverify::verify: sequence 1, node 0: verifier score = 1.5 is out of range");
@@ -388,7 +382,6 @@ testing::ChiSquare tree_decode_chi_square(Drafted how, Drafted declared, bool ad
             qs.push_back(Q[at + 2]);
           }
         }
-        if (declared == Drafted::deterministic) qs.clear();
         t.add(parents, xs, ps, qs);
       }
       run(t, Randomness{99, call++});

@@ -579,7 +579,7 @@ TEST(TreeDrafting, ShapeCountsNodesAndLevels) {
 
 namespace {
 
-/// First-order Markov target and draft (tests/markov.hpp) as a comparison model pair: rows
+/// First-order Markov target and draft (tests/support/markov.hpp) as a comparison model pair: rows
 /// depend on the last token only (the start row for an empty text). Temperature 1 only.
 class MarkovPair final : public sc::ModelPair {
  public:

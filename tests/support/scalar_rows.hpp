@@ -1,5 +1,6 @@
 // A plain scalar backend for the core: the same walk, with every row operation a simple
-// loop (std::log, double sums, no SIMD). The benchmarks' "plain scalar implementation".
+// loop (std::log, double sums, no SIMD). bench/bench_rules.cpp times the SIMD row work against it
+// (its x_scalar counter: "the plain scalar implementation").
 #pragma once
 
 #include <cmath>
@@ -10,7 +11,7 @@
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/cpu/rows.hpp"
 
-namespace specverify::bench {
+namespace specverify::testing {
 
 struct ScalarRows {
   std::int32_t n;
@@ -81,4 +82,4 @@ struct ScalarRows {
   }
 };
 
-}  // namespace specverify::bench
+}  // namespace specverify::testing

@@ -10,8 +10,8 @@
 #include <set>
 #include <vector>
 
-#include "bad_trees.hpp"
 #include "markov.hpp"
+#include "trees.hpp"
 
 namespace specverify::testing {
 
@@ -38,9 +38,7 @@ std::vector<std::vector<std::int32_t>> tree_steps(const Markov& p, const Markov&
                                                   const TreeShape& shape, Drafted how, Drafted declared,
                                                   std::uint64_t seed, std::uint64_t offset, std::mt19937_64& rng,
                                                   const Rule& rule = {}) {
-  Trees t(p.V);
-  t.drafted = declared;
-  t.with_q = declared != Drafted::deterministic;  // deterministic children need no q: pass none
+  Trees t(p.V, declared);  // deterministic children need no q: the batch passes none
   for (const auto& context : contexts) {
     const DraftedTree d(p, q, shape, context.empty() ? -1 : context.back(), how, rng);
     t.add_rows(d.parents, d.tokens, d.p, d.q);
