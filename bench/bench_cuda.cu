@@ -211,19 +211,21 @@ std::int64_t must_read_bytes(const Rule& rule, const DeviceBatch& d, bool whole_
 }
 
 template <class Rule>
-void run(benchmark::State& state, Shape shape, Rows kind, Rule rule) {
+void run(benchmark::State& state, Shape shape, Rows kind, Rule rule, specverify::cuda::Launch launch) {
   DeviceBatch d(shape, kind, static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)),
                 static_cast<std::int32_t>(state.range(2)));
   const auto verify = [&](std::uint64_t step) {
     const Randomness randomness{42, step};
     if (shape == Shape::chain && kind == Rows::probs) {
-      return specverify::cuda::verify(rule, d.chain(), randomness, d.chain_out(), d.ws, nullptr);
+      return specverify::cuda::verify(rule, d.chain(), randomness, d.chain_out(), d.ws, nullptr, launch);
     }
     if (shape == Shape::chain) {
       return specverify::cuda::verify(rule, d.logits_chain(), randomness, d.chain_out(), d.ws, nullptr);
     }
     if constexpr (!specverify::detail::has_cut<Rule>::value) {
-      if (kind == Rows::probs) return specverify::cuda::verify(rule, d.tree(), randomness, d.tree_out(), d.ws, nullptr);
+      if (kind == Rows::probs) {
+        return specverify::cuda::verify(rule, d.tree(), randomness, d.tree_out(), d.ws, nullptr, launch);
+      }
       return specverify::cuda::verify(rule, d.logits_tree(), randomness, d.tree_out(), d.ws, nullptr);
     }
     return cudaErrorInvalidValue;
@@ -279,9 +281,9 @@ void run(benchmark::State& state, Shape shape, Rows kind, Rule rule) {
 
 /// Registers name/B/V/K over the shape matrix (the tree's K is its 32 nodes).
 template <class Rule>
-void add(const std::string& name, Shape shape, Rows kind, Rule rule) {
+void add(const std::string& name, Shape shape, Rows kind, Rule rule, specverify::cuda::Launch launch = {}) {
   auto* b = benchmark::RegisterBenchmark(name.c_str(),
-                                         [=](benchmark::State& state) { run(state, shape, kind, rule); });
+                                         [=](benchmark::State& state) { run(state, shape, kind, rule, launch); });
   b->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"B", "V", "K"});
   const std::pair<std::int64_t, std::int64_t> vocab_drafts[] = {{32000, 5}, {128256, 8}, {151936, 5}, {262144, 5}};
   for (const auto& [V, K] : vocab_drafts) {
@@ -298,6 +300,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   add("chain/probs/Standard", Shape::chain, Rows::probs, Standard{});
+  // Side by side: the same walk with one block per sequence (no row split).
+  add("chain/probs/Standard/one_block_per_row", Shape::chain, Rows::probs, Standard{}, specverify::cuda::Launch{1});
   add("chain/probs/Greedy", Shape::chain, Rows::probs, Greedy{});
   add("chain/logits_t0.8/Standard", Shape::chain, Rows::logits_t08, Standard{});
   add("chain/logits_topk50_topp0.9/Standard", Shape::chain, Rows::logits_topk_topp, Standard{});

@@ -11,58 +11,19 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "specverify/cuda.cuh"
-#include "specverify/specverify.hpp"  // the CPU backend each result is compared with
-#include "specverify/cuda/verify_logits.cuh"
+#include "device_support.cuh"
 #include "penalty_lists.hpp"
+#include "specverify/cuda/verify_logits.cuh"
 #include "typical_acceptance.hpp"
 
 namespace specverify {
 namespace {
 
-bool has_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define REQUIRE_DEVICE() \
-  if (!has_device()) GTEST_SKIP() << "no CUDA device"
-
-void cuda_ok(cudaError_t status) {
-  if (status != cudaSuccess) throw std::runtime_error(cudaGetErrorString(status));
-}
-
-template <class T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  explicit DeviceArray(const std::vector<T>& host) { assign(host); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(data_); }
-
-  void assign(const std::vector<T>& host) {
-    cudaFree(data_);
-    data_ = nullptr;
-    size_ = host.size();
-    if (size_) cuda_ok(cudaMalloc(&data_, size_ * sizeof(T)));
-    if (size_) cuda_ok(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> read() const {
-    std::vector<T> host(size_);
-    if (size_) cuda_ok(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-  T* get() const { return data_; }
-
- private:
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-};
+using testing::cuda_ok;
+using testing::DeviceArray;
 
 template <class Logit>
 Logit to_logit(float v) {
@@ -409,8 +370,9 @@ void expect_same(const RulePair<Rule>& rule, const LogitsCase& c, Randomness r) 
     if (logprobs[i] == 12345.0f) {
       EXPECT_EQ(gpu_logprobs[i], 12345.0f) << "slot " << i;
     } else {
-      // p differs by a float rounding of the normaliser at most (block_logit_rows.cuh).
-      EXPECT_NEAR(gpu_logprobs[i], logprobs[i], 1e-5) << "slot " << i;
+      // p is the CPU's bit for bit (block_logit_rows.cuh); log p is the double log of the
+      // device, correctly rounded to within an ulp of double, rounded to float.
+      EXPECT_EQ(gpu_logprobs[i], logprobs[i]) << "slot " << i;
     }
   }
 }

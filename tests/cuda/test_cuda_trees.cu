@@ -87,13 +87,14 @@ struct DeviceTrees {
 };
 
 /// Runs `cpu_rule` on the CPU (on `cpu_trees`) and `gpu_rule` on the GPU (on `gpu_trees` as Prob)
-/// and expects the same tokens, accepted nodes, counts, logprobs and statistics.
+/// (rows split as `launch` says) and expects the same tokens, accepted nodes, counts, logprobs and
+/// statistics.
 template <class Prob = float, class Rule>
 void expect_same(const Rule& cpu_rule, const Rule& gpu_rule, Trees& cpu_trees, const Trees& gpu_trees,
-                 const Randomness& r) {
+                 const Randomness& r, const cuda::Launch& launch = {}) {
   const VerifyStats cpu_stats = verify(cpu_rule, cpu_trees.batch(), r, cpu_trees.output());
   DeviceTrees<Prob> d(gpu_trees);
-  cuda_ok(cuda::verify(gpu_rule, d.batch, d.on_device(r, gpu_trees), d.out, d.workspace, nullptr));
+  cuda_ok(cuda::verify(gpu_rule, d.batch, d.on_device(r, gpu_trees), d.out, d.workspace, nullptr, launch));
   cuda::check(d.workspace, nullptr);
   const VerifyStats gpu_stats = cuda::read_stats(d.workspace, nullptr);
   Trees gpu = gpu_trees;
@@ -174,6 +175,25 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TreeCpuMatch,
                            return "B" + std::to_string(info.param.B) + "_V" + std::to_string(info.param.V) +
                                   "_N" + std::to_string(info.param.max_nodes);
                          });
+
+// A tree's rows split over 1, 2, 4 or 8 blocks (a cluster, on GPUs that have them) give the CPU's
+// tokens every time: the residual masses and draws after rejected siblings merge exactly.
+TEST(TreeSplitRows, EverySplitGivesTheCpuTokens) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(79);
+  for (const Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement, Drafted::deterministic}) {
+    Trees t = testing::random_trees(6, 40000, 12, how, rng);
+    for (const std::int32_t blocks : {1, 2, 4, 8}) {
+      SCOPED_TRACE(blocks);
+      const cuda::Launch launch{blocks};
+      const Randomness r{2026, std::uint64_t(blocks)};
+      expect_same(Standard{}, Standard{}, t, t, r, launch);
+      expect_same(Probe{Divergence::js}, Probe{Divergence::js}, t, t, r, launch);
+      expect_same(Ears{0.3f}, Ears{0.3f}, t, t, r, launch);
+      if (how == Drafted::sampled) expect_same(Traversal{}, Traversal{}, t, t, r, launch);
+    }
+  }
+}
 
 template <class Prob>
 void expect_low_precision_matches_cpu() {

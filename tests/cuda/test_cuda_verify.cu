@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -179,6 +180,7 @@ TEST_P(CpuMatch, EveryRuleGivesTheCpuTokens) {
     expect_same<float>(Sprinter{0.6f, scores.data()}, Sprinter{0.6f, d_scores.get()}, c, c, r);
     expect_same<float>(SpecDecPP<Ears>{0.5f, scores.data(), Ears{0.2f}},
                        SpecDecPP<Ears>{0.5f, d_scores.get(), Ears{0.2f}}, c, c, r);
+    expect_same(Block{}, c, r);  // the joint walk: residual masses and draws of scaled residuals
   }
 }
 
@@ -192,6 +194,110 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuMatch,
                                   std::to_string(info.param.V) +
                                   (info.param.one_hot ? "_onehot" : "_dense");
                          });
+
+// Rows far from 1 leave FixedSum's domain at scale 1 (terms of 2^12, or every weight below
+// 2^-32): the device sums them again at core::fixed_scale, as the CPU does, for the same tokens.
+TEST(CpuMatchFarFromOne, UnnormalisedRowsGiveTheCpuTokens) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(2027);
+  for (const float factor : {4096.0f, 0x1p-40f}) {
+    for (const bool one_hot : {false, true}) {
+      Chains c = random_chains(16, 3000, 4, one_hot, rng);
+      for (float& v : c.p) v *= factor;
+      for (std::uint64_t step = 0; step < 2; ++step) {
+        const Randomness r{99, step};
+        expect_same(Standard{}, c, r);
+        expect_same(Greedy{}, c, r);
+        expect_same(Probe{Divergence::tv, 0.3f}, c, r);
+      }
+    }
+  }
+}
+
+/// Everything a run writes, as bits: tokens, counts, logprobs and statistics.
+struct RunBits {
+  std::vector<std::int32_t> tokens, accepted;
+  std::vector<std::uint32_t> logprobs;
+  std::int64_t drafted, kept, relaxed, checked;
+  bool operator==(const RunBits& o) const {
+    return tokens == o.tokens && accepted == o.accepted && logprobs == o.logprobs && drafted == o.drafted &&
+           kept == o.kept && relaxed == o.relaxed && checked == o.checked;
+  }
+};
+
+template <class Rule>
+RunBits run_on_device(const Rule& rule, const Chains& c, const Randomness& r, std::int32_t blocks_per_row) {
+  DeviceChains<float> d(c, true);
+  cuda_ok(cuda::verify(rule, d.batch, d.on_device(r, c), d.out, d.workspace, nullptr, cuda::Launch{blocks_per_row}));
+  cuda::check(d.workspace, nullptr);
+  const VerifyStats s = cuda::read_stats(d.workspace, nullptr);
+  const std::vector<float> logprobs = d.logprobs.read();
+  std::vector<std::uint32_t> bits(logprobs.size());
+  std::memcpy(bits.data(), logprobs.data(), logprobs.size() * sizeof(float));
+  return {d.out_tokens.read(), d.accepted.read(), bits, s.drafted, s.accepted, s.relaxed, s.target_checked};
+}
+
+// A row split over 2, 4 or 8 blocks (a cluster, on GPUs that have them; one block elsewhere)
+// gives one block's bits: every summary merges exactly.
+TEST(SplitRows, EveryRuleGivesOneBlocksBitsOnAnySplit) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(31);
+  for (const bool one_hot : {false, true}) {
+    const Chains c = random_chains(6, 70000, 5, one_hot, rng);
+    for (std::uint64_t step = 0; step < 2; ++step) {
+      const Randomness r{4242, step};
+      const auto expect_split_invariant = [&](const auto& rule, const char* name) {
+        const RunBits one = run_on_device(rule, c, r, 1);
+        for (const std::int32_t blocks : {0, 2, 4, 8}) {
+          EXPECT_TRUE(run_on_device(rule, c, r, blocks) == one) << name << ", blocks_per_row " << blocks;
+        }
+      };
+      expect_split_invariant(Standard{}, "Standard");
+      expect_split_invariant(Greedy{}, "Greedy");
+      for (const Divergence d : {Divergence::kl_target_draft, Divergence::kl_draft_target,
+                                 Divergence::js, Divergence::js_fsd, Divergence::tv}) {
+        expect_split_invariant(Probe{d, 0.3f}, "Probe");
+      }
+      expect_split_invariant(Ears{0.3f}, "Ears");
+      expect_split_invariant(Fsd{Divergence::js, 0.3f}, "Fsd");
+      expect_split_invariant(ReducibleFsd{Divergence::tv, 0.1f}, "ReducibleFsd");
+      expect_split_invariant(Block{}, "Block");
+    }
+  }
+}
+
+// Bad input found by a split row: the same message, nothing written.
+TEST(SplitRows, ABadValueIsReportedAsByOneBlock) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(32);
+  Chains c = random_chains(4, 9000, 3, false, rng);
+  c.p[8191] = std::numeric_limits<float>::quiet_NaN();  // sequence 0's first row: always read
+  std::string first;
+  for (const std::int32_t blocks : {1, 2, 8}) {
+    DeviceChains<float> d(c);
+    cuda_ok(cuda::verify(Probe{}, d.batch, d.on_device(Randomness{1, 0}, c), d.out, d.workspace, nullptr,
+                         cuda::Launch{blocks}));
+    const std::string got = testing::message_of([&] { cuda::check(d.workspace, nullptr); });
+    EXPECT_THAT(got, HasSubstr("8191")) << blocks;
+    if (blocks == 1) first = got;
+    EXPECT_EQ(got, first) << blocks;
+    for (const std::int32_t t : d.out_tokens.read()) EXPECT_EQ(t, 12345);
+  }
+}
+
+TEST(SplitRows, BlocksPerRowOutsideZeroToEightIsInvalidInput) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(33);
+  const Chains c = random_chains(2, 100, 2, false, rng);
+  DeviceChains<float> d(c);
+  for (const std::int32_t blocks : {-1, 9}) {
+    EXPECT_THAT(testing::message_of([&] {
+                  (void)cuda::verify(Standard{}, d.batch, Randomness{1, 0}, d.out, d.workspace, nullptr,
+                                     cuda::Launch{blocks});
+                }),
+                HasSubstr("blocks_per_row = " + std::to_string(blocks) + " must be in [0, 8]"));
+  }
+}
 
 template <class Prob>
 void expect_low_precision_matches_cpu() {

@@ -37,6 +37,24 @@ inline constexpr std::int64_t kFixedLoMask = (std::int64_t{1} << 40) - 1;
 /// addition changes nothing here: every product added to kMagic is exact.
 SPECVERIFY_HD inline double round_magic(double s) { return (s + kFixedMagic) - kFixedMagic; }
 
+/// The bits of x as an integer.
+SPECVERIFY_HD inline std::int64_t double_bits(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double_as_longlong(x);
+#else
+  std::int64_t bits;
+  __builtin_memcpy(&bits, &x, sizeof bits);
+  return bits;
+#endif
+}
+
+/// round(s) as an integer for |s| < 2^51: s + 1.5 * 2^52 holds it in its low mantissa bits, so it
+/// is a subtraction of bit patterns (cpu/fixed_lanes.hpp does the same lane by lane), no
+/// conversion instruction.
+SPECVERIFY_HD inline std::int64_t round_magic_int(double s) {
+  return double_bits(s + kFixedMagic) - double_bits(kFixedMagic);
+}
+
 /// Terms at or above this (after scaling) are outside the domain.
 inline constexpr double kFixedMaxTerm = 1024.0;  // 2^10
 inline constexpr double kFixedMaxSum = 4194304.0;  // 2^22
@@ -51,24 +69,33 @@ struct FixedSum {
   std::int64_t hi = 0;  // units of 2^-40
   std::int64_t lo = 0;  // units of 2^-80
 
-  /// Adds round(t 2^80) 2^-80. A term outside the domain (NaN, infinite, too large: a row its
-  /// caller refuses) is not added, as its conversion to an integer would be undefined.
-  SPECVERIFY_HD void add(double t) {
-    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) return;
+  /// round(t 2^80) 2^-80 as units, lo not carried (|lo| <= 2^39): what add(t) adds. A term
+  /// outside the domain (NaN, infinite, too large: a row its caller refuses) is 0, as its
+  /// conversion to an integer would be undefined.
+  SPECVERIFY_HD static FixedSum term(double t) {
+    FixedSum u;
+    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) return u;
     const double s = t * kFixedHalfScale;
     const double h = round_magic(s);
-    hi = wrapping_add(hi, static_cast<std::int64_t>(h));
-    lo = wrapping_add(lo, static_cast<std::int64_t>(round_magic((s - h) * kFixedHalfScale)));
-    carry();
+    u.hi = round_magic_int(s);
+    u.lo = round_magic_int((s - h) * kFixedHalfScale);
+    return u;
   }
+
+  /// round(t 2^40) 2^-40 as units: what add_coarse(t) adds.
+  SPECVERIFY_HD static FixedSum coarse_term(double t) {
+    FixedSum u;
+    if (t < kFixedMaxTerm && t > -kFixedMaxTerm) u.hi = round_magic_int(t * kFixedHalfScale);
+    return u;
+  }
+
+  /// Adds round(t 2^80) 2^-80.
+  SPECVERIFY_HD void add(double t) { merge(term(t)); }
 
   /// Adds round(t 2^40) 2^-40: the coarse grid alone, for sums known to be at least 1 (a logits
   /// row's normaliser and kept masses: every weight is at most 1 and the max weighs exactly 1),
   /// where n terms' roundings, n 2^-41, are far below float precision. The same in any order.
-  SPECVERIFY_HD void add_coarse(double t) {
-    if (!(t < kFixedMaxTerm && t > -kFixedMaxTerm)) return;
-    hi = wrapping_add(hi, static_cast<std::int64_t>(round_magic(t * kFixedHalfScale)));
-  }
+  SPECVERIFY_HD void add_coarse(double t) { hi = wrapping_add(hi, coarse_term(t).hi); }
 
   /// Adds t `times` times: the same words as that many add(t) (add_coarse(t) with `coarse`).
   SPECVERIFY_HD void add_repeated(double t, std::int64_t times, bool coarse = false) {

@@ -9,14 +9,14 @@
 //           block histograms in shared memory; integer counts, so exact);
 //   top_p:  bisection over the keys of the candidates for the largest t whose mass
 //           sum_{g >= t} w(g) reaches top_p of the candidates' mass (each step one pass and a
-//           deterministic block sum in double); the answer is a candidate's value, ties included;
+//           block FixedSum); the answer is a candidate's value, ties included;
 //   min_p:  the lowest kept g with w >= min_p (a block minimum);
-//   norm:   sum of the kept w in double.
-// Weights are core::exp_weight, bit-identical to the CPU's. Sums are in double, in another order
-// than the CPU's core::FixedSum (issue 21 moves them to FixedSum): a kept-set boundary, a
-// normaliser's float rounding or a draw's crossing can differ only where the CPU's sum lies
-// within ~1e-16 (relative) of the decision, and inv_norm by a float ulp where the normaliser's
-// double rounds to float apart from the CPU's.
+//   norm:   sum of the kept w.
+// Weights are core::exp_weight, bit-identical to the CPU's, and the normaliser, the kept masses,
+// the draws and the residual masses are the CPU's core::FixedSums of the same terms (coarse grid
+// for the pre-pass's, as the CPU's): so the kept set, inv_norm, every p and every token drawn are
+// the CPU's bit for bit. Entropy and divergences are double sums of core/row_math.hpp's terms,
+// not the CPU's fast_log terms: they agree with the CPU's to within their stated accuracy.
 //
 // The view is core::LogitView, so the shared per-element functions (core::probability, ...) read
 // it; kept sets are never listed on the device (listed = -1): a block reads the whole row as fast.
@@ -38,6 +38,7 @@
 #include "specverify/core/row_math.hpp"
 #include "specverify/core/walk_steps.hpp"
 #include "specverify/cuda/block_draw.cuh"
+#include "specverify/cuda/block_fixed_sum.cuh"
 #include "specverify/cuda/block_rows.cuh"
 #include "specverify/rule.hpp"
 
@@ -98,6 +99,7 @@ class BlockLogitRows {
       typename cub::BlockReduce<Top, kThreads>::TempStorage top;
       typename cub::BlockReduce<Best, kThreads>::TempStorage best;
       typename cub::BlockReduce<double, kThreads>::TempStorage sum;
+      typename BlockFixedSum<kThreads>::TempStorage fixed;
       typename cub::BlockReduce<unsigned, kThreads>::TempStorage bits;
       typename cub::BlockReduce<int, kThreads>::TempStorage count;
       typename cub::BlockScan<int, kThreads>::TempStorage counts;
@@ -174,7 +176,7 @@ class BlockLogitRows {
     }
     if (params.top_p < 1.0f) view.threshold = top_p_threshold(view, params.top_p);
     if (params.min_p > 0.0f) view.threshold = min_p_threshold(view, params.min_p);
-    view.norm = kept_mass(view, view.threshold);
+    view.norm = kept_mass(view, view.threshold).value();
     view.inv_norm = static_cast<float>(1.0 / view.norm);
     return view;
   }
@@ -211,7 +213,7 @@ class BlockLogitRows {
     return {static_cast<float>(sum(s)), p.ok && q->ok};
   }
 
-  /// From max(p - q, 0) in float (q == nullptr: one-hot at x); -1 when it has no mass.
+  /// From max(p - q, 0) (q == nullptr: one-hot at x); -1 when it has no mass.
   __device__ Checked<std::int32_t> draw_residual(const View& p, const View* q, std::int32_t x, float u) {
     if (!p.ok || (q && !q->ok)) return {-1, false};
     if (!p.has_mass()) return {-1, true};
@@ -237,12 +239,11 @@ class BlockLogitRows {
   /// alike and keeps its own copy); a node with more rejected children is invalid_input here.
   __device__ core::Siblings siblings(std::int32_t) { return siblings_.room(); }
 
-  /// The mass of a tree node's residual after rejecting sibling x (core/residual.hpp).
+  /// The mass of a tree node's residual after rejecting sibling x (core/residual.hpp): the sum
+  /// the draw from it compares against, the CPU's bit for bit.
   __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
-    double s = 0.0;
-    const TreeWeights w{*this, r, x, r.collapse(x)};
-    for (std::int32_t v = threadIdx.x; v < n; v += kThreads) s += w(v);
-    return {sum(s), r.p.ok && (!r.has_q || r.q.ok)};
+    const MassResult m = BlockDraw<kThreads>(s_.work.draw).mass(n, TreeWeights{*this, r, x, r.collapse(x)});
+    return {m.value, r.p.ok && (!r.has_q || r.q.ok)};
   }
 
   /// A draw from a tree node's residual after rejecting sibling x (kNoToken: the residual itself).
@@ -378,14 +379,14 @@ class BlockLogitRows {
     return core::exp_weight(core::weight_argument(g, view.max, view.inv_temperature));
   }
 
-  /// Sum of w over the row's values g >= t (t finite), in double; deterministic for a block size.
-  __device__ double kept_mass(const View& view, float t) {
-    double s = 0.0;
+  /// Sum of w over the row's values g >= t (t finite), on FixedSum's coarse grid as the CPU's.
+  __device__ core::FixedSum kept_mass(const View& view, float t) {
+    core::FixedSum s;
     for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
       const float g = core::processed_logit(view.row, i).g;
-      if (g >= t) s += weight(view, g);
+      if (g >= t) s.add_coarse(weight(view, g));
     }
-    return sum(s);
+    return BlockFixedSum<kThreads>(s_.cub.fixed).sum(s);
   }
 
   /// The k-th largest finite value of the row (the row holds at least k): radix select on the
@@ -456,29 +457,29 @@ class BlockLogitRows {
   /// top_p_threshold's bisection over the values g(0 .. count - 1) (the row's, or its candidates').
   template <class Value>
   __device__ float top_p_bisection(const View& view, float top_p, std::int32_t count, const Value& value) {
-    double s = 0.0;
+    core::FixedSum s;
     unsigned lowest = UINT_MAX;
     for (std::int32_t i = threadIdx.x; i < count; i += kThreads) {
       const float g = value(i);
       if (!(g >= view.threshold)) continue;
       const float w = weight(view, g);
       if (w > 0.0f) {
-        s += w;
+        s.add_coarse(w);
         const unsigned key = logit_detail::order_key(g);
         lowest = key < lowest ? key : lowest;
       }
     }
-    const double need = double(top_p) * sum(s);
+    const double need = double(top_p) * BlockFixedSum<kThreads>(s_.cub.fixed).sum(s).value();
     unsigned lo = min_bits(lowest), hi = logit_detail::order_key(view.max) + 1u;
     while (hi - lo > 1u) {
       const unsigned mid = lo + (hi - lo) / 2u;
       const float t = logit_detail::key_value(mid);
-      double m = 0.0;
+      core::FixedSum m;
       for (std::int32_t i = threadIdx.x; i < count; i += kThreads) {
         const float g = value(i);
-        if (g >= t) m += weight(view, g);
+        if (g >= t) m.add_coarse(weight(view, g));
       }
-      if (sum(m) >= need) {
+      if (BlockFixedSum<kThreads>(s_.cub.fixed).sum(m).value() >= need) {
         lo = mid;
       } else {
         hi = mid;
@@ -512,14 +513,21 @@ class BlockLogitRows {
 
   // ---------------------------------------------------------------- the draw
 
+  // Weights in BlockDraw's concept; the views checked every value as they were opened (no element
+  // is bad), and p <= 1 (w <= 1, 1 / norm <= 1) bounds the target's and the residual's, as on the
+  // CPU.
+
   /// p(v) (a non-greedy view with mass).
   struct TargetWeights {
     const BlockLogitRows& rows;
     const View& p;
     __device__ double operator()(std::int32_t v) const { return rows.value(p, v); }
+    __device__ bool bad(std::int32_t) const { return false; }
+    __device__ float screen(std::int32_t) const { return 0.0f; }
+    __device__ double bound(float) const { return 1.0; }
   };
 
-  /// max(p(v) - q(v), 0) in float, as the CPU's logits rows; with q == nullptr, p off x.
+  /// max(p(v) - q(v), 0) in double, as the CPU's logits rows; with q == nullptr, p off x.
   struct ResidualWeights {
     const BlockLogitRows& rows;
     const View& p;
@@ -529,25 +537,30 @@ class BlockLogitRows {
       const float pv = rows.value(p, v);
       if (!q) return v == x ? 0.0 : double(pv);
       if (!(pv > 0.0f)) return 0.0;  // max(0 - q, 0): q not read
-      const float d = pv - rows.value(*q, v);
-      return d > 0.0f ? double(d) : 0.0;
+      return core::residual_weight(pv, rows.value(*q, v));
     }
+    __device__ bool bad(std::int32_t) const { return false; }
+    __device__ float screen(std::int32_t) const { return 0.0f; }
+    __device__ double bound(float) const { return 1.0; }
   };
 
-  /// A node's residual (core::Residual::weight).
+  /// A node's residual (core::Residual::weight), bounded by Residual::weight_bound of the largest
+  /// p (core::residual_mass, as the CPU's logits rows).
   struct TreeWeights {
     const BlockLogitRows& rows;
     const core::Residual<View>& r;
     std::int32_t x;
     typename core::Residual<View>::Collapse collapse;
     __device__ double operator()(std::int32_t v) const { return r.weight(rows, x, v, collapse); }
+    __device__ bool bad(std::int32_t) const { return false; }
+    __device__ float screen(std::int32_t v) const { return rows.value(r.p, v); }
+    __device__ double bound(float largest_p) const { return r.weight_bound(largest_p); }
   };
 
-  /// The block's draw (block_draw.cuh); the views checked every value as they were opened.
+  /// The block's draw (block_draw.cuh).
   template <class Weights>
   __device__ Checked<std::int32_t> draw(const Weights& weight, float u) {
-    const DrawResult r = BlockDraw<kThreads>(s_.work.draw).draw(
-        n, weight, [](std::int32_t) { return false; }, u);
+    const DrawResult r = BlockDraw<kThreads>(s_.work.draw).draw(n, weight, u);
     return {r.index, r.ok};
   }
 

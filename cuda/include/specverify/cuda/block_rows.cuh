@@ -16,6 +16,8 @@
 #include "specverify/core/row_math.hpp"
 #include "specverify/core/walk_steps.hpp"
 #include "specverify/cuda/block_draw.cuh"
+#include "specverify/cuda/block_fixed_sum.cuh"
+#include "specverify/cuda/row_split.cuh"
 #include "specverify/rule.hpp"
 
 namespace specverify::cuda {
@@ -47,83 +49,104 @@ struct MinOp {
 struct SumOp {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
+struct MaxOp {
+  __device__ double operator()(double a, double b) const { return b > a ? b : a; }
+};
 
 }  // namespace detail
 
 /// Block-cooperative rows of `n` elements of Prob, as core::walk expects them. kThreads is
-/// the block size (a multiple of 32). Draws are BlockDraw's (block_draw.cuh), chunked as the
-/// CPU's (cpu/draw.hpp).
+/// the block size (a multiple of 32). A row may be split over the blocks of a cluster (RowSplit,
+/// row_split.cuh): every block walks alike, reads its share of each row pass, and every summary
+/// merges exactly (max, min, integer FixedSums), so the results are those of one block. Draws and
+/// residual masses are BlockDraw's (block_draw.cuh): the CPU's (cpu/draw.hpp), bit for bit.
+/// Entropy and divergences are FixedSums of core/row_math.hpp's terms: the same for any split,
+/// within their stated accuracy of the CPU's (whose terms use its own fast log).
 ///
 ///   __shared__ typename BlockRows<float, 256>::Shared shared;
-///   BlockRows<float, 256> rows(shared, batch.vocab_size);
-///   const core::WalkResult r = core::walk(rule, layout, source, randomness, blockIdx.x, rows);
+///   BlockRows<float, 256> rows(shared, batch.vocab_size, RowSplit::of_cluster());
+///   const core::WalkResult r = core::walk(rule, layout, source, randomness, sequence, rows);
 template <class Prob, int kThreads>
 class BlockRows {
   static_assert(kThreads % 32 == 0 && kThreads >= 64, "a whole number of warps, at least two");
   using Top = cub::KeyValuePair<int, float>;
+  static constexpr int kBatch = 8;  // elements a thread reads before it uses them
+
+  /// A block's share of max p: the value, its lowest index, whether a bad value was read.
+  struct Best {
+    float value;
+    int key;
+    int bad;
+  };
+  /// A block's share of a statistic: the FixedSum of its terms (words), the largest magnitude of
+  /// a term, whether a bad value was read.
+  struct Terms {
+    std::int64_t hi, lo;
+    double largest;
+    int bad;
+  };
 
  public:
   std::int32_t n;  // row length
 
-  /// Shared memory the operations work in: CUB temporaries, a draw's storage and one broadcast
-  /// slot. Declare it __shared__ and hand it to the constructor.
+  /// Shared memory the operations work in: CUB temporaries, a draw's storage, a broadcast slot,
+  /// and the slots the blocks of a split row merge through. Declare it __shared__ and hand it to
+  /// the constructor.
   struct Shared {
     union {
       typename cub::BlockReduce<Top, kThreads>::TempStorage top;
-      typename cub::BlockReduce<double, kThreads>::TempStorage sum;
+      typename cub::BlockReduce<double, kThreads>::TempStorage largest;
       typename cub::BlockReduce<int, kThreads>::TempStorage min;
+      typename BlockFixedSum<kThreads>::TempStorage fixed;
     } cub;
     typename BlockDraw<kThreads>::TempStorage draw;
     struct {
-      double sum;
+      double largest;
       float top_value;
       int top_key;
       int index;
     } slot;
+    Best bests[2];
+    Terms terms[2];
+    int mins[2];
   };
 
   using View = const Prob*;
 
-  __device__ BlockRows(Shared& shared, std::int32_t n) : n(n), s_(shared) {}
+  __device__ BlockRows(Shared& shared, std::int32_t n, RowSplit split = {}) : n(n), s_(shared), split_(split) {}
 
   /// A probability row needs no pre-pass.
   __device__ View open(View row) const { return row; }
   __device__ float value(const Prob* row, std::int32_t v) const { return to_float(row[v]); }
 
   __device__ Checked<float> max(const Prob* p) {
-    const Checked<Top> t = top(p);
-    return {t.value.value, t.ok};
+    const Best t = top(p);
+    return {t.value, !t.bad};
   }
 
   /// Lowest index holding max p; -1 when the row has no mass.
   __device__ Checked<std::int32_t> argmax(const Prob* p) {
-    const Checked<Top> t = top(p);
-    return {t.ok && t.value.value > 0.0f ? t.value.key : -1, t.ok};
+    const Best t = top(p);
+    return {!t.bad && t.value > 0.0f ? t.key : -1, !t.bad};
   }
 
   __device__ Checked<float> entropy(const Prob* p) {
-    double h = 0.0;
-    bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
+    return statistic([&](std::int32_t i, bool& bad) {
       const float v = to_float(p[i]);
       bad |= !core::valid_probability_value(v);
-      h += core::entropy_term(v);
-    }
-    return {static_cast<float>(sum(h)), !__syncthreads_or(bad)};
+      return core::entropy_term(v);
+    });
   }
 
   /// D(p, q); no q is the one-hot draft e_x.
   __device__ Checked<float> divergence(Divergence d, const Prob* p, const View* q_view, std::int32_t x) {
     const Prob* q = q_view ? *q_view : nullptr;
-    double s = 0.0;
-    bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
+    return statistic([&](std::int32_t i, bool& bad) {
       const float pi = to_float(p[i]);
       const float qi = q ? to_float(q[i]) : (i == x ? 1.0f : 0.0f);
       bad |= !core::valid_probability_value(pi) || !core::valid_probability_value(qi);
-      s += core::divergence_term(d, pi, qi);
-    }
-    return {static_cast<float>(sum(s)), !__syncthreads_or(bad)};
+      return core::divergence_term(d, pi, qi);
+    });
   }
 
   /// A draw from max(p - q, 0); no q is the one-hot draft e_x. -1: no mass.
@@ -142,16 +165,12 @@ class BlockRows {
   /// alike and keeps its own copy); a node with more rejected children is invalid_input here.
   __device__ core::Siblings siblings(std::int32_t) { return siblings_.room(); }
 
-  /// The mass of a tree node's residual after rejecting sibling x (core/residual.hpp).
+  /// The mass of a tree node's residual after rejecting sibling x (core/residual.hpp): the sum
+  /// the draw from it compares against, the CPU's bit for bit.
   __device__ Checked<double> mass(const core::Residual<View>& r, std::int32_t x) {
-    double s = 0.0;
-    bool bad = false;
-    const ResidualWeights w{*this, r, x, r.collapse(x)};
-    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
-      bad |= w.bad(i);
-      s += w(i);
-    }
-    return {sum(s), !__syncthreads_or(bad)};
+    const MassResult m =
+        BlockDraw<kThreads>(s_.draw, split_).mass(n, ResidualWeights{*this, r, x, r.collapse(x)});
+    return {m.value, m.ok};
   }
 
   /// A draw from a tree node's residual after rejecting sibling x (kNoToken: the residual itself).
@@ -162,32 +181,48 @@ class BlockRows {
   /// The lowest index whose value is not a valid probability, or -1; names a fault's value.
   __device__ std::int32_t first_invalid(const Prob* row) {
     int first = INT_MAX;
-    for (std::int32_t i = threadIdx.x; i < n && first == INT_MAX; i += kThreads) {
+    for (std::int32_t i = first_index(); i < n && first == INT_MAX; i += stride()) {
       if (!core::valid_probability_value(to_float(row[i]))) first = i;
     }
     first = min(first);
     return first == INT_MAX ? -1 : first;
   }
 
-  /// The minimum over the block of one int per thread, in every thread.
+  /// The minimum over the row's blocks of one int per thread, in every thread.
   __device__ int min(int v) {
     __syncthreads();  // the temporaries and the slot may still be read from the previous operation
     v = cub::BlockReduce<int, kThreads>(s_.cub.min).Reduce(v, detail::MinOp{});
     if (threadIdx.x == 0) s_.slot.index = v;
     __syncthreads();
-    return s_.slot.index;
+    return split_.merge(s_.mins, turn_, s_.slot.index, detail::MinOp{});
   }
 
+  /// Before the block exits: the row's other blocks may still read its shared memory.
+  __device__ void finish() const { split_.finish(); }
+
  private:
+  __device__ std::int32_t first_index() const { return split_.template first<kThreads>(); }
+  __device__ std::int32_t stride() const { return split_.template stride<kThreads>(); }
+
   /// (max p, lowest index holding it) in one pass; every thread visits its indices in increasing
   /// order and keeps the first of its maxima.
-  __device__ Checked<Top> top(const Prob* p) {
+  __device__ Best top(const Prob* p) {
     Top t(-1, -1.0f);
     bool bad = false;
-    for (std::int32_t i = threadIdx.x; i < n; i += kThreads) {
-      const float v = to_float(p[i]);
-      bad |= !core::valid_probability_value(v);
-      if (v > t.value) t = Top(i, v);
+    for (std::int32_t first = first_index(); first < n; first += kBatch * stride()) {
+      float v[kBatch];  // read together: kBatch loads in flight
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const std::int32_t i = first + b * stride();
+        v[b] = i < n ? to_float(p[i]) : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const std::int32_t i = first + b * stride();
+        if (i >= n) break;
+        bad |= !core::valid_probability_value(v[b]);
+        if (v[b] > t.value) t = Top(i, v[b]);
+      }
     }
     __syncthreads();
     t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
@@ -195,19 +230,72 @@ class BlockRows {
       s_.slot.top_key = t.key;
       s_.slot.top_value = t.value;
     }
-    const bool ok = !__syncthreads_or(bad);
-    return {Top(s_.slot.top_key, s_.slot.top_value), ok};
+    const int block_bad = __syncthreads_or(bad);  // publishes the slot
+    const Best mine{s_.slot.top_value, s_.slot.top_key, block_bad};
+    return split_.merge(s_.bests, turn_, mine, [](const Best& a, const Best& b) {
+      const bool second = b.value > a.value || (b.value == a.value && b.key < a.key);
+      return Best{second ? b.value : a.value, second ? b.key : a.key, a.bad | b.bad};
+    });
   }
 
-  __device__ double sum(double v) {
-    __syncthreads();
-    v = cub::BlockReduce<double, kThreads>(s_.cub.sum).Reduce(v, detail::SumOp{});
-    if (threadIdx.x == 0) s_.slot.sum = v;
-    __syncthreads();
-    return s_.slot.sum;
+  /// sum_i term(i, bad) as a FixedSum: at scale 1, or again at core::fixed_scale where a term
+  /// leaves FixedSum's domain (as the CPU's statistics); +inf where a term is (positive mass
+  /// against none, for the KL-type divergences).
+  template <class Term>
+  __device__ Checked<float> statistic(const Term& term) {
+    Terms all = terms_at(term, 1.0);
+    if (all.bad) return {0.0f, false};
+    if (all.largest > 1.7976931348623157e308) return {__int_as_float(0x7f800000), true};
+    double scale = 1.0;
+    if (!core::fixed_fits(all.largest, n)) {
+      scale = core::fixed_scale(all.largest, n);
+      all = terms_at(term, scale);
+    }
+    core::FixedSum sum;
+    sum.hi = all.hi;
+    sum.lo = all.lo;
+    return {static_cast<float>(sum.value() / scale), true};
   }
 
-  /// Weights max(p - q, 0), or p, with w_x = max(p_x - 1, 0) for a one-hot residual at x.
+  template <class Term>
+  __device__ Terms terms_at(const Term& term, double scale) {
+    FixedTerms s;
+    double largest = 0.0;
+    bool bad = false;
+    for (std::int32_t first = first_index(); first < n; first += kBatch * stride()) {
+      double t[kBatch];  // computed together: their loads in flight at once
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const std::int32_t i = first + b * stride();
+        t[b] = i < n ? term(i, bad) : 0.0;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const double magnitude = t[b] < 0.0 ? -t[b] : t[b];
+        largest = magnitude > largest ? magnitude : largest;
+        s.add(t[b] * scale);
+      }
+    }
+    const core::FixedSum block_sum = BlockFixedSum<kThreads>(s_.cub.fixed).sum(s.sum());
+    __syncthreads();  // the sum's temporaries are the max's
+    largest = cub::BlockReduce<double, kThreads>(s_.cub.largest).Reduce(largest, detail::MaxOp{});
+    if (threadIdx.x == 0) s_.slot.largest = largest;
+    const int block_bad = __syncthreads_or(bad);  // publishes the slot
+    const Terms mine{block_sum.hi, block_sum.lo, s_.slot.largest, block_bad};
+    return split_.merge(s_.terms, turn_, mine, [](const Terms& a, const Terms& b) {
+      core::FixedSum t;
+      t.hi = a.hi;
+      t.lo = a.lo;
+      core::FixedSum other;
+      other.hi = b.hi;
+      other.lo = b.lo;
+      t.merge(other);
+      return Terms{t.hi, t.lo, a.largest > b.largest ? a.largest : b.largest, a.bad | b.bad};
+    });
+  }
+
+  /// Weights max(p - q, 0), or p, with w_x = max(p_x - 1, 0) for a one-hot residual at x; the
+  /// largest p bounds them (BlockDraw's concept, as cpu::draw's check()).
   struct RowWeights {
     const Prob* p;
     const Prob* q;
@@ -221,9 +309,11 @@ class BlockRows {
       if (i == x) return core::residual_weight(pi, 1.0);
       return q ? core::residual_weight(pi, to_float(q[i])) : double{pi};
     }
+    __device__ float screen(std::int32_t i) const { return to_float(p[i]); }
+    __device__ double bound(float largest_p) const { return core::fixed_bound(largest_p); }
   };
 
-  /// Weights of a node's residual (core::Residual::weight).
+  /// Weights of a node's residual (core::Residual::weight), bounded by Residual::weight_bound.
   struct ResidualWeights {
     const BlockRows& rows;
     const core::Residual<View>& r;
@@ -234,17 +324,20 @@ class BlockRows {
              (r.has_q && !core::valid_probability_value(rows.value(r.q, i)));
     }
     __device__ double operator()(std::int32_t i) const { return r.weight(rows, x, i, collapse); }
+    __device__ float screen(std::int32_t i) const { return rows.value(r.p, i); }
+    __device__ double bound(float largest_p) const { return r.weight_bound(largest_p); }
   };
 
-  /// The block's draw (block_draw.cuh) over weights that name their bad elements.
+  /// The row's draw (block_draw.cuh).
   template <class Weights>
   __device__ Checked<std::int32_t> draw(const Weights& weight, float u) {
-    const DrawResult r = BlockDraw<kThreads>(s_.draw).draw(
-        n, weight, [&](std::int32_t i) { return weight.bad(i); }, u);
+    const DrawResult r = BlockDraw<kThreads>(s_.draw, split_).draw(n, weight, u);
     return {r.index, r.ok};
   }
 
   Shared& s_;
+  RowSplit split_;
+  int turn_ = 0;  // the merge slots the next merge takes (row_split.cuh)
   core::FixedSiblings<64> siblings_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "specverify/core/checks.hpp"
 #include "specverify/core/validate.hpp"
+#include "specverify/core/validate_logits.hpp"
 #include "specverify/cuda/verify_kernel.cuh"
 #include "specverify/cuda/workspace.cuh"
 #include "specverify/rule.hpp"
@@ -31,9 +32,42 @@ struct DeviceRandomness {
                                             //   draft (Coupled keys its samples by it)
 };
 
+/// How cuda::verify spreads a batch over the GPU. The outputs are the same bits for every choice.
+///   blocks_per_row 0: chosen by the batch: where the GPU and the kernels have thread block
+///     clusters (compute capability 9.0 and later, built for it), a batch of fewer sequences than
+///     the GPU has multiprocessors spreads each sequence's rows over 2, 4 or 8 blocks (a cluster),
+///     doubling while the blocks stay within two per multiprocessor, so that small batches use
+///     the whole GPU; elsewhere one block per sequence.
+///   1: one block per sequence; 2 .. 8: that many where clusters exist (else 1).
+/// Rows of logits take one block per sequence for now.
+struct Launch {
+  std::int32_t blocks_per_row = 0;
+};
+
 namespace detail {
 
 inline constexpr int kBlockThreads = 256;
+inline constexpr int kMaxBlocksPerRow = 8;  // the portable cluster size
+
+/// The blocks per row a launch of `kernel` over B sequences takes (Launch's rule).
+template <class Kernel>
+cudaError_t blocks_per_row(Kernel* kernel, std::int32_t B, const Launch& launch, int& blocks) {
+  blocks = 1;
+  if (launch.blocks_per_row == 1) return cudaSuccess;
+  int device = 0, major = 0, sms = 0;
+  if (const cudaError_t e = cudaGetDevice(&device)) return e;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) return e;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) return e;
+  cudaFuncAttributes attributes{};
+  if (const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel)) return e;
+  if (major < 9 || attributes.ptxVersion < 90) return cudaSuccess;  // built without clusters
+  if (launch.blocks_per_row > 1) {
+    blocks = launch.blocks_per_row;
+    return cudaSuccess;
+  }
+  while (blocks < kMaxBlocksPerRow && std::int64_t{blocks} * B <= sms) blocks *= 2;
+  return cudaSuccess;
+}
 
 inline KernelRandomness from_device(const DeviceRandomness& randomness) {
   core::raise_if(core::check_pointer(randomness.seed, "device seed"));
@@ -49,7 +83,8 @@ inline KernelRandomness from_device(const DeviceRandomness& randomness) {
 /// Checks what the host can judge, then launches the walk and the write for any batch kind.
 template <class Rule, class Batch, class Output>
 cudaError_t launch(const Rule& rule, const Batch& batch, const KernelRandomness& randomness,
-                   const Output& out, const Workspace& workspace, cudaStream_t stream) {
+                   const Output& out, const Workspace& workspace, cudaStream_t stream,
+                   const Launch& spread) {
   using Prob = std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_probs)>>;
   static_assert(std::is_same_v<Prob, float> || std::is_same_v<Prob, __half> ||
                     std::is_same_v<Prob, __nv_bfloat16>,
@@ -57,6 +92,10 @@ cudaError_t launch(const Rule& rule, const Batch& batch, const KernelRandomness&
   // What the host can check without reading device memory throws here, as on the CPU.
   core::validate_shape(rule, batch, out);
   core::check_positions<Rule>(randomness.values);
+  if (spread.blocks_per_row < 0 || spread.blocks_per_row > kMaxBlocksPerRow) {
+    core::detail::reject("blocks_per_row = ", spread.blocks_per_row, " must be in [0, ", kMaxBlocksPerRow,
+                         "] (0: chosen by the batch)");
+  }
   const std::size_t needed = workspace_bytes(rule, batch, out);
   if (!workspace.data || workspace.bytes < needed) {
     core::raise(core::batch_finding(core::Check::workspace, core::Stage::shape)
@@ -68,8 +107,29 @@ cudaError_t launch(const Rule& rule, const Batch& batch, const KernelRandomness&
   const std::int32_t B = batch.batch_size;
   if (B == 0) return cudaSuccess;
   float* staged = out.logprobs ? staging(workspace, B) : nullptr;
-  walk_kernel<Rule, Batch, kBlockThreads><<<B, kBlockThreads, 0, stream>>>(
-      rule, batch, randomness, out.row_width, staged, h, records(workspace));
+  const auto walk = walk_kernel<Rule, Batch, kBlockThreads>;
+  int blocks = 1;
+  if (const cudaError_t status = blocks_per_row(walk, B, spread, blocks)) return status;
+  if (blocks == 1) {
+    walk<<<B, kBlockThreads, 0, stream>>>(rule, batch, randomness, 1, out.row_width, staged, h,
+                                          records(workspace));
+  } else {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(B) * static_cast<unsigned>(blocks));
+    config.blockDim = dim3(kBlockThreads);
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(blocks);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    if (const cudaError_t status = cudaLaunchKernelEx(&config, walk, rule, batch, randomness, blocks,
+                                                      out.row_width, staged, h, records(workspace))) {
+      return status;
+    }
+  }
   write_kernel<kBlockThreads><<<(B + kBlockThreads - 1) / kBlockThreads, kBlockThreads, 0, stream>>>(
       core::BatchChecks<Batch>::Layout::of(batch), B, core::OutputRows::of(out), staged, h,
       records(workspace));
@@ -101,8 +161,9 @@ constexpr void require_tree_form() {
 ///   specverify::cuda::check(ws, stream);  // optional: syncs, throws on bad input
 template <class Rule, class Prob>
 cudaError_t verify(const Rule& rule, const ChainBatch<Prob>& batch, const Randomness& randomness,
-                   const ChainOutput& out, const Workspace& workspace, cudaStream_t stream) {
-  return detail::launch(rule, batch, detail::KernelRandomness{randomness}, out, workspace, stream);
+                   const ChainOutput& out, const Workspace& workspace, cudaStream_t stream,
+                   const Launch& launch = {}) {
+  return detail::launch(rule, batch, detail::KernelRandomness{randomness}, out, workspace, stream, launch);
 }
 
 /// As above, with seed and offset read from device memory when the kernel runs (CUDA graphs).
@@ -114,8 +175,8 @@ cudaError_t verify(const Rule& rule, const ChainBatch<Prob>& batch, const Random
 template <class Rule, class Prob>
 cudaError_t verify(const Rule& rule, const ChainBatch<Prob>& batch,
                    const DeviceRandomness& randomness, const ChainOutput& out,
-                   const Workspace& workspace, cudaStream_t stream) {
-  return detail::launch(rule, batch, detail::from_device(randomness), out, workspace, stream);
+                   const Workspace& workspace, cudaStream_t stream, const Launch& launch = {}) {
+  return detail::launch(rule, batch, detail::from_device(randomness), out, workspace, stream, launch);
 }
 
 /// Verifies a batch of draft trees with `rule` on `stream`, as the CPU's verify over TreeBatch
@@ -131,18 +192,19 @@ cudaError_t verify(const Rule& rule, const ChainBatch<Prob>& batch,
 ///   specverify::cuda::verify(specverify::Standard{}, batch, {seed, step}, out, ws, stream);
 template <class Rule, class Prob>
 cudaError_t verify(const Rule& rule, const TreeBatch<Prob>& batch, const Randomness& randomness,
-                   const TreeOutput& out, const Workspace& workspace, cudaStream_t stream) {
+                   const TreeOutput& out, const Workspace& workspace, cudaStream_t stream,
+                   const Launch& launch = {}) {
   detail::require_tree_form<Rule>();
-  return detail::launch(rule, batch, detail::KernelRandomness{randomness}, out, workspace, stream);
+  return detail::launch(rule, batch, detail::KernelRandomness{randomness}, out, workspace, stream, launch);
 }
 
 /// Trees with seed and offset read from device memory when the kernel runs (CUDA graphs).
 template <class Rule, class Prob>
 cudaError_t verify(const Rule& rule, const TreeBatch<Prob>& batch,
                    const DeviceRandomness& randomness, const TreeOutput& out,
-                   const Workspace& workspace, cudaStream_t stream) {
+                   const Workspace& workspace, cudaStream_t stream, const Launch& launch = {}) {
   detail::require_tree_form<Rule>();
-  return detail::launch(rule, batch, detail::from_device(randomness), out, workspace, stream);
+  return detail::launch(rule, batch, detail::from_device(randomness), out, workspace, stream, launch);
 }
 
 }  // namespace specverify::cuda

@@ -1,8 +1,8 @@
 // The CUDA backend's kernels, for any batch kind whose core::BatchChecks names its layout (chains,
-// trees): one block per sequence checks the sequence's input with the shared validator
-// (core/checks.hpp), walks it with core::walk over BlockRows and keeps the outcome in its record;
-// a second kernel writes every output with the shared writer (core/output.hpp), and only when no
-// block found anything.
+// trees): one block per sequence, or one cluster of blocks splitting its rows (row_split.cuh),
+// checks the sequence's input with the shared validator (core/checks.hpp), walks it with
+// core::walk over BlockRows and keeps the outcome in its record; a second kernel writes every
+// output with the shared writer (core/output.hpp), and only when no block found anything.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -63,20 +63,23 @@ struct BlockItems {
   }
 };
 
-/// One block per sequence: check its input, walk it, keep the outcome in its record. A finding
-/// goes to the record, and the header's first_fault keeps the lowest rank over all blocks: the
-/// finding the host's validate would have thrown first. `staging` (nullable) receives the walk's
-/// logprobs, [B][row_width].
+/// One block (or cluster) per sequence: check its input, walk it, keep the outcome in its record.
+/// A finding goes to the record, and the header's first_fault keeps the lowest rank over all
+/// blocks: the finding the host's validate would have thrown first. `staging` (nullable) receives
+/// the walk's logprobs, [B][row_width]. The blocks of a cluster walk alike; the first records.
 template <class Rule, class Batch, int kThreads>
 __global__ void __launch_bounds__(kThreads)
-    walk_kernel(const Rule rule, const Batch batch, const KernelRandomness randomness,
+    walk_kernel(const Rule rule, const Batch batch, const KernelRandomness randomness, const int blocks_per_row,
                 const std::int32_t row_width, float* staging, Header* header, SequenceRecord* records) {
   using Prob = std::remove_cv_t<std::remove_pointer_t<decltype(batch.target_probs)>>;
   using Checks = core::BatchChecks<Batch>;
   __shared__ typename BlockRows<Prob, kThreads>::Shared shared;
-  BlockRows<Prob, kThreads> rows(shared, batch.vocab_size);
+  const RowSplit split = RowSplit::of_cluster();
+  BlockRows<Prob, kThreads> rows(shared, batch.vocab_size, split);
   BlockItems<BlockRows<Prob, kThreads>, kThreads> items{rows};
-  const auto b = static_cast<std::int32_t>(blockIdx.x);
+  // The launch's blocks per row; a kernel built without clusters (split.count 1) walks each
+  // sequence in every block of its group, alike.
+  const auto b = static_cast<std::int32_t>(blockIdx.x / static_cast<unsigned>(blocks_per_row));
   const Randomness r = randomness.resolve();
 
   bool walkable = false;
@@ -85,7 +88,8 @@ __global__ void __launch_bounds__(kThreads)
   if (walkable) {
     const auto source = core::ProbSource<Prob>::of(batch);
     // Every thread walks alike and stages the same logprobs: the joint walks (Block, Traversal)
-    // open rows for them, and an open is a block operation every thread must enter.
+    // open rows for them, and an open is a block operation every thread must enter. The blocks
+    // of a cluster write the same values.
     float* stage = staging ? staging + std::int64_t{b} * row_width : nullptr;
     result = core::walk(rule, Checks::Layout::of(batch), source, r, b, rows, stage);
     if (result.fault.kind != core::FaultKind::none) {
@@ -97,7 +101,8 @@ __global__ void __launch_bounds__(kThreads)
       finding = core::from_fault(result.fault, b, Checks::kItem);
     }
   }
-  if (threadIdx.x != 0) return;
+  rows.finish();
+  if (threadIdx.x != 0 || split.rank != 0) return;
   records[b].result = result;
   if (finding) {
     records[b].finding = finding;
