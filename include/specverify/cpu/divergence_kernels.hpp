@@ -322,24 +322,8 @@ inline Checked<float> scaled(const TermSum& sum, double factor) {
   return {static_cast<float>(factor * sum.value()), sum.ok};
 }
 
-/// D(p, e_x): only a = p(x) and the mass R of p off x enter (m = p/2 off x, (a + 1)/2 at x).
-template <class Arch>
-Checked<float> one_hot_divergence(Divergence d, const float* p, std::int32_t x, std::int32_t n) {
-  if (x < 0 || x >= n) return {std::numeric_limits<float>::quiet_NaN(), false};
-  TermSum off = sum_terms<Arch>(p, nullptr, x, MassTerm{});
-  const TermSum after = sum_terms<Arch>(p + x + 1, nullptr, n - x - 1, MassTerm{});
-  const bool ok = off.ok && after.ok && valid_probability(p[x]);
-  const double a = p[x];
-  // The two slices' masses merge exactly where both are at scale 1 (rows of probabilities).
-  // Whether p has mass off x is asked of its values, not of the sum (whose floor is 2^-81).
-  const bool off_x = off.max_term > 0.0 || after.max_term > 0.0;
-  double rest;
-  if (off.scale == after.scale) {
-    off.merge(after);
-    rest = off.value();
-  } else {
-    rest = off.value() + after.value();
-  }
+/// D(p, e_x) from a = p(x), the mass `rest` of p off x, and whether p has mass off x.
+inline float one_hot_value(Divergence d, double a, double rest, bool off_x) {
   const double inf = std::numeric_limits<double>::infinity();
   const double ln2 = 0.693147180559945309417232121458;
   double v = 0.0;
@@ -361,7 +345,28 @@ Checked<float> one_hot_divergence(Divergence d, const float* p, std::int32_t x, 
       v = 0.5 * (std::abs(a - 1.0) + rest);
       break;
   }
-  return {static_cast<float>(v), ok};
+  return static_cast<float>(v);
+}
+
+/// D(p, e_x): only a = p(x) and the mass R of p off x enter (m = p/2 off x, (a + 1)/2 at x).
+template <class Arch>
+Checked<float> one_hot_divergence(Divergence d, const float* p, std::int32_t x, std::int32_t n) {
+  if (x < 0 || x >= n) return {std::numeric_limits<float>::quiet_NaN(), false};
+  TermSum off = sum_terms<Arch>(p, nullptr, x, MassTerm{});
+  const TermSum after = sum_terms<Arch>(p + x + 1, nullptr, n - x - 1, MassTerm{});
+  const bool ok = off.ok && after.ok && valid_probability(p[x]);
+  const double a = p[x];
+  // The two slices' masses merge exactly where both are at scale 1 (rows of probabilities).
+  // Whether p has mass off x is asked of its values, not of the sum (whose floor is 2^-81).
+  const bool off_x = off.max_term > 0.0 || after.max_term > 0.0;
+  double rest;
+  if (off.scale == after.scale) {
+    off.merge(after);
+    rest = off.value();
+  } else {
+    rest = off.value() + after.value();
+  }
+  return {one_hot_value(d, a, rest, off_x), ok};
 }
 
 }  // namespace detail
@@ -374,22 +379,32 @@ Checked<float> row_entropy(const float* p, std::int32_t n) {
 
 namespace detail {
 
+/// Calls fn(term, swapped) with divergence d's term (swapped: the term reads q as p, KL(q||p)),
+/// setting the factor D = factor * sum; 0 and fn's default for a value that is not a Divergence.
+template <class Fn>
+auto with_divergence_term(Divergence d, double& factor, Fn fn) -> decltype(fn(TvTerm{}, false)) {
+  factor = 1.0;
+  switch (d) {
+    case Divergence::kl_target_draft: return fn(KlTerm{}, false);
+    case Divergence::kl_draft_target: return fn(KlTerm{}, true);
+    case Divergence::js: factor = 0.5; return fn(JsTerm{}, false);
+    case Divergence::js_fsd: factor = 0.25; return fn(JsFsdTerm{}, false);
+    case Divergence::tv: factor = 0.5; return fn(TvTerm{}, false);
+  }
+  factor = 0.0;
+  return {};
+}
+
 /// sum t(p, q) for divergence d, and the factor D = factor * sum (0 for a value that is not a
 /// Divergence: ok is then false).
 template <class Arch>
 TermSum divergence_sum(Divergence d, const float* p, const float* q, std::int32_t n, double& factor) {
-  factor = 1.0;
-  switch (d) {
-    case Divergence::kl_target_draft: return sum_terms<Arch>(p, q, n, KlTerm{});
-    case Divergence::kl_draft_target: return sum_terms<Arch>(q, p, n, KlTerm{});
-    case Divergence::js: factor = 0.5; return sum_terms<Arch>(p, q, n, JsTerm{});
-    case Divergence::js_fsd: factor = 0.25; return sum_terms<Arch>(p, q, n, JsFsdTerm{});
-    case Divergence::tv: factor = 0.5; return sum_terms<Arch>(p, q, n, TvTerm{});
-  }
   TermSum invalid;
   invalid.ok = false;
-  factor = 0.0;
-  return invalid;
+  TermSum r = with_divergence_term(d, factor, [&](auto term, bool swapped) {
+    return swapped ? sum_terms<Arch>(q, p, n, term) : sum_terms<Arch>(p, q, n, term);
+  });
+  return factor == 0.0 ? invalid : r;
 }
 
 }  // namespace detail

@@ -79,24 +79,15 @@ SPECVERIFY_ALWAYS_INLINE void sum_chunks(Vec& vec, One& one, std::int32_t n, dou
   }
 }
 
-/// The draw; -1 when the weights have no mass (every weight rounds to 0 at 2^-81), with ok from
-/// check() (nothing but an index in [0, n) or -1 is returned either way).
-template <class Arch, class Vec, class One, class Check>
-Checked<std::int32_t> draw(Vec vec, One one, Check check, std::int32_t n, float u) {
+/// The smallest i in [0, n) with before + w_0 + ... + w_i > threshold, the weights summed at
+/// `scale` from `sums` (this row's, or this slice's, at that scale); -1 if there is none. A row
+/// split into slices finds its crossing in the slice where it lies, starting from the exact sum
+/// of the slices before it: FixedSums are exact, so the index is that of the whole row.
+template <class Arch, class Vec, class One>
+std::int32_t locate(Vec& vec, One& one, std::int32_t n, double scale, const ChunkSums& sums,
+                    core::FixedSum before, double threshold) {
   using D = xsimd::batch<double, Arch>;
   constexpr std::int32_t W = static_cast<std::int32_t>(D::size), WF = 2 * W;
-  ChunkSums sums;
-  double scale = 1.0;
-  sum_chunks<Arch>(vec, one, n, scale, sums);
-  const Checked<double> bound = check();
-  if (!bound.ok) return {-1, false};
-  if (!core::fixed_in_domain(bound.value, n)) {
-    scale = core::fixed_scale(bound.value, n);
-    sum_chunks<Arch>(vec, one, n, scale, sums);
-  }
-  if (!sums.total.positive()) return {-1, true};
-  const double threshold = static_cast<double>(u) * sums.total.value();
-  core::FixedSum before;
   std::int32_t c = 0;
   for (; c + 1 < sums.chunks; ++c) {
     core::FixedSum through = before;
@@ -141,13 +132,31 @@ Checked<std::int32_t> draw(Vec vec, One one, Check check, std::int32_t n, float 
     lo.store_aligned(w);
     hi.store_aligned(w + W);
     for (std::int32_t l = 0; l < WF; ++l) {
-      if (step(w[l])) return {i + l, true};
+      if (step(w[l])) return i + l;
     }
   }
   for (; i < block_end; ++i) {
-    if (step(one(i))) return {i, true};
+    if (step(one(i))) return i;
   }
-  return {-1, true};  // unreachable for valid weights
+  return -1;  // past the slice's mass: unreachable where the crossing lies in it
+}
+
+/// The draw; -1 when the weights have no mass (every weight rounds to 0 at 2^-81), with ok from
+/// check() (nothing but an index in [0, n) or -1 is returned either way).
+template <class Arch, class Vec, class One, class Check>
+Checked<std::int32_t> draw(Vec vec, One one, Check check, std::int32_t n, float u) {
+  ChunkSums sums;
+  double scale = 1.0;
+  sum_chunks<Arch>(vec, one, n, scale, sums);
+  const Checked<double> bound = check();
+  if (!bound.ok) return {-1, false};
+  if (!core::fixed_in_domain(bound.value, n)) {
+    scale = core::fixed_scale(bound.value, n);
+    sum_chunks<Arch>(vec, one, n, scale, sums);
+  }
+  if (!sums.total.positive()) return {-1, true};
+  const double threshold = static_cast<double>(u) * sums.total.value();
+  return {locate<Arch>(vec, one, n, scale, sums, core::FixedSum{}, threshold), true};
 }
 
 }  // namespace specverify::cpu

@@ -898,35 +898,61 @@ Checked<std::int32_t> LogitRows<Arch, Logit>::gumbel_argmax(const View& p, std::
   return {best, true};
 }
 
-/// Gumbel-max over a probability row (weights p as given): argmax over p > 0 of
-/// log p(v) + Gumbel(seed, position, v), lowest index on ties; -1 without mass; ok = false on a
-/// NaN, infinite or negative value.
-template <class Arch = DefaultArch>
-Checked<std::int32_t> gumbel_argmax(const float* p, std::int32_t n, std::uint64_t seed,
-                                    std::int64_t position) {
-  std::int32_t best = -1;
-  double best_key = -HUGE_VAL;
-  float floor_p = 0.0f;  // p below this cannot reach best_key: exp(best_key - kGumbelMax)
+/// The Gumbel-max winner of a slice of a probability row: the key log p + Gumbel, its token and
+/// p there (token -1: no mass).
+struct GumbelBest {
+  double key = -HUGE_VAL;
+  std::int32_t token = -1;
+  float p = 0.0f;
   bool ok = true;
+
+  /// Slices merged in vocabulary order: a tie keeps the lower token.
+  void merge(const GumbelBest& later) {
+    ok = ok && later.ok;
+    if (later.key > key) {
+      key = later.key;
+      token = later.token;
+      p = later.p;
+    }
+  }
+};
+
+/// Gumbel-max over p[0..n), element i being token first + i (the noise is keyed by the token):
+/// argmax over p > 0 of log p(v) + Gumbel(seed, position, v), lowest token on ties; ok = false on
+/// a NaN, infinite or negative value.
+inline GumbelBest gumbel_best(const float* p, std::int32_t n, std::int32_t first, std::uint64_t seed,
+                              std::int64_t position) {
+  GumbelBest best;
+  float floor_p = 0.0f;  // p below this cannot reach best.key: exp(best.key - kGumbelMax)
   std::uint32_t words[4];
   std::uint32_t cached = 0xffffffffu;
   for (std::int32_t i = 0; i < n; ++i) {
     const float v = p[i];
-    ok = ok && valid_probability(v);
+    best.ok = best.ok && valid_probability(v);
     if (!(v > floor_p) || !(v <= FLT_MAX)) continue;
-    const auto block = static_cast<std::uint32_t>(i) >> 2;
+    const auto token = static_cast<std::uint32_t>(first + i);
+    const auto block = token >> 2;
     if (block != cached) {
       core::gumbel_words(seed, position, block, words);
       cached = block;
     }
-    const double k = std::log(double(v)) + core::gumbel(words[i & 3]);
-    if (k > best_key) {
-      best_key = k;
-      best = i;
-      floor_p = static_cast<float>(std::exp(best_key - core::kGumbelMax) * (1.0 - 1e-6));
+    const double k = std::log(double(v)) + core::gumbel(words[token & 3]);
+    if (k > best.key) {
+      best.key = k;
+      best.token = static_cast<std::int32_t>(token);
+      best.p = v;
+      floor_p = static_cast<float>(std::exp(best.key - core::kGumbelMax) * (1.0 - 1e-6));
     }
   }
-  return {ok ? best : -1, ok};
+  return best;
+}
+
+/// Gumbel-max over a probability row (weights p as given): gumbel_best's token; -1 without mass.
+template <class Arch = DefaultArch>
+Checked<std::int32_t> gumbel_argmax(const float* p, std::int32_t n, std::uint64_t seed,
+                                    std::int64_t position) {
+  const GumbelBest best = gumbel_best(p, n, 0, seed, position);
+  return {best.ok ? best.token : -1, best.ok};
 }
 
 }  // namespace specverify::cpu

@@ -225,39 +225,49 @@ inline double lane_sum(const xsimd::batch<double, Arch>& v) {
   return s;
 }
 
-/// Inverse-CDF draw (cpu/draw.hpp) from the weights `w`, computed in double, where p - q of two
-/// floats is (nearly always) exact. Returns -1 when sum(w) == 0 (the caller decides what that
-/// means); any index returned has w_i > 0, so it is in [0, n).
-template <class Arch = DefaultArch>
-SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
+/// A pass over the weights `w` for cpu/draw.hpp: their vectors, computed in double (where p - q of
+/// two floats is nearly always exact), one weight, and after a pass the bound check() gives.
+template <class Arch>
+struct WeightsPass {
   using F = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
-  constexpr std::int32_t WF = F::size;
+  static constexpr std::int32_t WF = F::size;
   static_assert(WF == 2 * D::size, "a float vector widens into two double vectors");
-  PairScreen<Arch> screen;
-  const D zero(0.0);
-  const auto vec = [&](std::int32_t i, D& lo, D& hi) SPECVERIFY_LAMBDA_INLINE {
+
+  const Weights& w;
+  PairScreen<Arch> screen{};
+
+  SPECVERIFY_ALWAYS_INLINE void operator()(std::int32_t i, D& lo, D& hi) {
     const F p = F::load_unaligned(w.p + i);
     if (w.q) {
       const F q = F::load_unaligned(w.q + i);
       screen.add(p, q);
-      lo = lane_max(widen_low(p) - widen_low(q), zero);
-      hi = lane_max(widen_high(p) - widen_high(q), zero);
+      lo = lane_max(widen_low(p) - widen_low(q), D(0.0));
+      hi = lane_max(widen_high(p) - widen_high(q), D(0.0));
     } else {
       screen.add(p);
       lo = widen_low(p);
       hi = widen_high(p);
     }
     if (static_cast<std::uint32_t>(w.x - i) < static_cast<std::uint32_t>(WF)) patch_lane(lo, hi, w.x - i, w.at(w.x));  // one-hot residual
-  };
-  const auto one = [&](std::int32_t i) { return w.at(i); };
-  // The weights lie below p, so below the power of two above the largest p over the whole row: a
-  // function of the row alone, whatever part of it the vectors read.
-  const auto check = [&]() -> Checked<double> {
+  }
+  double operator()(std::int32_t i) const { return w.at(i); }
+  /// The weights lie below p, so below the power of two above the largest p over the row: a
+  /// function of the row alone, whatever part of it the vectors read.
+  Checked<double> check() const {
     const Checked<float> largest = screen.largest_p(w.p, w.q, w.n);
     return {largest.ok ? core::fixed_bound(largest.value) : 0.0, largest.ok};
-  };
-  return cpu::draw<Arch>(vec, one, check, w.n, u);
+  }
+};
+
+/// Inverse-CDF draw (cpu/draw.hpp) from the weights `w`. Returns -1 when sum(w) == 0 (the caller
+/// decides what that means); any index returned has w_i > 0, so it is in [0, n).
+template <class Arch = DefaultArch>
+SPECVERIFY_FLATTEN Checked<std::int32_t> draw(const Weights& w, float u) {
+  WeightsPass<Arch> pass{w};
+  const auto vec = [&](std::int32_t i, auto& lo, auto& hi) SPECVERIFY_LAMBDA_INLINE { pass(i, lo, hi); };
+  const auto one = [&](std::int32_t i) { return pass(i); };
+  return cpu::draw<Arch>(vec, one, [&] { return pass.check(); }, w.n, u);
 }
 
 }  // namespace specverify::cpu
