@@ -9,6 +9,10 @@ foreach(layer IN ITEMS Core Cpu Heads)
   install(TARGETS specverify_${target_suffix} EXPORT specverify${layer}Targets)
   install(EXPORT specverify${layer}Targets NAMESPACE specverify:: DESTINATION ${SPECVERIFY_CMAKE_DIR})
 endforeach()
+if(TARGET specverify_mpi)
+  install(TARGETS specverify_mpi EXPORT specverifyMpiTargets)
+  install(EXPORT specverifyMpiTargets NAMESPACE specverify:: DESTINATION ${SPECVERIFY_CMAKE_DIR})
+endif()
 install(TARGETS specverify EXPORT specverifyTargets)
 install(EXPORT specverifyTargets NAMESPACE specverify:: DESTINATION ${SPECVERIFY_CMAKE_DIR})
 install(DIRECTORY include/specverify DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
@@ -21,6 +25,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/specverifyConfigVer
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
 install(FILES cmake/specverifyCpuDependencies.cmake
               cmake/specverifyHeadsDependencies.cmake
+              cmake/specverifyMpiDependencies.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/specverifyConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/specverifyConfigVersion.cmake
         DESTINATION ${SPECVERIFY_CMAKE_DIR})

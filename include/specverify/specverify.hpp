@@ -5,5 +5,6 @@
 #pragma once
 
 #include "specverify/core.hpp"
+#include "specverify/cpu/sharded_verify.hpp"
 #include "specverify/cpu/verify.hpp"
 #include "specverify/sample.hpp"

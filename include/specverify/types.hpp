@@ -12,6 +12,18 @@ namespace specverify {
 
 inline constexpr std::int32_t kNoToken = -1;
 
+/// A rank's slice of the vocabulary (API.md "Sharded vocabulary"): element i of this call's rows
+/// is token vocab_start + i. The default, one rank holding everything, changes nothing; any other
+/// value needs the verify overload that takes a communicator.
+struct VocabShard {
+  std::int32_t rank = 0;              // 0 .. ranks - 1
+  std::int32_t ranks = 1;
+  std::int32_t vocab_start = 0;
+  std::int32_t local_vocab_size = 0;  // this call's row length; 0 (with ranks == 1) means vocab_size
+
+  bool whole() const { return rank == 0 && ranks == 1 && vocab_start == 0 && local_vocab_size == 0; }
+};
+
 /// A batch of draft chains with their target rows p and (optionally) draft rows q.
 /// Sequence b drafted k_b = draft_offsets[b+1] - draft_offsets[b] tokens and owns the k_b + 1
 /// target rows starting at draft_offsets[b] + b; the last of them is its bonus row.
@@ -26,6 +38,7 @@ struct ChainBatch {
   std::int64_t target_stride = 0;  // 0 means vocab_size
   std::int64_t draft_stride = 0;   // 0 means vocab_size
   const float* target_row_max{};   // optional max_v p(v) per target row
+  VocabShard shard{};                             // this rank's slice (sharded verify only)
 };
 
 /// Where verify() writes: per sequence n_b accepted drafts, exactly one more token, then kNoToken.
@@ -58,6 +71,7 @@ struct TreeBatch {
   const Prob* draft_probs{};  // nullptr when deterministic
   std::int64_t target_stride = 0, draft_stride = 0;  // 0 means vocab_size
   Drafted drafted = Drafted::sampled;
+  VocabShard shard{};                             // this rank's slice (sharded verify only)
 };
 
 /// Where verify() writes for trees: the accepted path's tokens, one more token, then kNoToken.
@@ -118,6 +132,7 @@ struct LogitsChainBatch {
   const std::int32_t* bias_offsets{};             // [B+1], or nullptr: no logit bias
   const std::int32_t* bias_tokens{};              // unique per sequence, any order
   const float* bias_values{};                     // finite; added to the token's target logit
+  VocabShard shard{};                             // this rank's slice (sharded verify only)
 };
 
 /// TreeBatch with rows of logits and LogitsChainBatch's parameters (rows laid out as TreeBatch's).
@@ -149,6 +164,7 @@ struct LogitsTreeBatch {
   const std::int32_t* bias_offsets{};             // [B+1], or nullptr: no logit bias
   const std::int32_t* bias_tokens{};              // unique per sequence, any order
   const float* bias_values{};                     // finite; added to the token's target logit
+  VocabShard shard{};                             // this rank's slice (sharded verify only)
 };
 
 /// Bad input. Thrown before any output is written; the message names sequence, position and value.

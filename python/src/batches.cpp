@@ -59,7 +59,7 @@ Array per_sequence(py::handle obj, const char* name, Elem elem, std::int32_t bat
 }  // namespace
 
 PyChainBatch::PyChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft,
-                           py::handle row_max)
+                           py::handle row_max, py::handle shard_, py::handle vocab_size_)
     : offsets(offsets_, tokens, "draft_offsets"), batch_size(offsets.batch_size) {
   const std::int64_t rows = drafts() + batch_size;
   target_probs = as_rows(target, "target_probs", rows, rows_needed(drafts(), batch_size, kChainRows));
@@ -73,11 +73,19 @@ PyChainBatch::PyChainBatch(py::handle offsets_, py::handle tokens, py::handle ta
     expect_extent(target_row_max, "target_row_max", 0, rows,
                   "it needs one value per target row (" + std::to_string(rows) + ")");
   }
+  // A sharded batch: the rows are this rank's slice, vocab_size the whole vocabulary's.
+  if (!shard_.is_none()) shard = shard_.cast<VocabShard>();
+  global_vocab = vocab_size_.is_none() ? vocab_size : as_int32(vocab_size_.cast<std::int64_t>(), "vocab_size");
+  const std::int32_t slice = shard.whole() ? global_vocab : shard.local_vocab_size;
+  if (vocab_size != slice) {
+    reject("target_probs rows hold ", vocab_size, " values, but the batch's slice of the vocabulary has ", slice,
+           " (shard.local_vocab_size, or vocab_size without a shard)");
+  }
 }
 
 PyChainBatch PyChainBatch::fresh() const {
   return {offsets.offsets.source, offsets.draft_tokens.source, target_probs.source, source_or_none(draft_probs),
-          source_or_none(target_row_max)};
+          source_or_none(target_row_max), py::cast(shard), py::int_(global_vocab)};
 }
 
 std::vector<Extent> PyChainBatch::inputs() const {
@@ -90,14 +98,15 @@ std::vector<Extent> PyChainBatch::inputs() const {
 ChainBatch<float> PyChainBatch::view() {
   offsets.snapshot();
   return {batch_size,
-          vocab_size,
+          global_vocab,
           offsets.data(),
           offsets.tokens(),
           target_probs.as<const float>(),
           draft_probs.as<const float>(),
           target_probs.row_stride(),
           draft_probs.present() ? draft_probs.row_stride() : 0,
-          target_row_max.as<const float>()};
+          target_row_max.as<const float>(),
+          shard};
 }
 
 PyTreeBatch::PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,

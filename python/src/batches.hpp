@@ -115,9 +115,12 @@ struct PyChainBatch {
   PyOffsets offsets;
   Array target_probs, draft_probs, target_row_max;
   std::int32_t batch_size = 0;
-  std::int32_t vocab_size = 0;
+  std::int32_t vocab_size = 0;  // the rows' length: this rank's slice where the batch is sharded
+  VocabShard shard{};
+  std::int32_t global_vocab = 0;  // V of a sharded batch (the rows hold shard.local_vocab_size)
 
-  PyChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft, py::handle row_max);
+  PyChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft, py::handle row_max,
+               py::handle shard_ = py::none(), py::handle vocab_size_ = py::none());
   std::int64_t drafts() const { return offsets.drafts(); }
   PyChainBatch fresh() const;
   std::vector<Extent> inputs() const;

@@ -158,15 +158,34 @@ void bind_module(py::module_& m) {
              "one after another from q with earlier siblings removed")
       .value("deterministic", Drafted::deterministic, "chosen without sampling (top-k of q, beam, lookup)");
 
+  py::class_<VocabShard>(m, "VocabShard",
+                         "This rank's slice of the vocabulary (sharded verify): element i of the batch's rows\n"
+                         "is token vocab_start + i; rank 0 of 1 holding everything is the default.")
+      .def(py::init([](std::int32_t rank, std::int32_t ranks, std::int32_t vocab_start, std::int32_t local_vocab_size) {
+             return VocabShard{rank, ranks, vocab_start, local_vocab_size};
+           }),
+           py::kw_only(), "rank"_a = 0, "ranks"_a = 1, "vocab_start"_a = 0, "local_vocab_size"_a = 0)
+      .def_readwrite("rank", &VocabShard::rank)
+      .def_readwrite("ranks", &VocabShard::ranks)
+      .def_readwrite("vocab_start", &VocabShard::vocab_start)
+      .def_readwrite("local_vocab_size", &VocabShard::local_vocab_size)
+      .def("__repr__", [](const VocabShard& s) {
+        return "VocabShard(rank=" + std::to_string(s.rank) + ", ranks=" + std::to_string(s.ranks) +
+               ", vocab_start=" + std::to_string(s.vocab_start) + ", local_vocab_size=" +
+               std::to_string(s.local_vocab_size) + ")";
+      });
+
   py::class_<PyChainBatch> chain(m, "ChainBatch",
                                  "Draft chains and their rows, viewed in place (held until this object dies).\n"
                                  "draft_offsets: int32 [B+1]; draft_tokens: int32 [N];\n"
                                  "target_probs: float32 [N+B, V] (row stride free, elements contiguous);\n"
                                  "draft_probs: float32 [N, V] or None (one-hot drafts);\n"
-                                 "target_row_max: float32 [N+B] or None.");
-  chain.def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle>(), py::kw_only(),
-            "draft_offsets"_a, "draft_tokens"_a, "target_probs"_a, "draft_probs"_a = py::none(),
-            "target_row_max"_a = py::none())
+                                 "target_row_max: float32 [N+B] or None;\n"
+                                 "shard: a VocabShard or None, vocab_size: V where the rows hold a shard's slice.");
+  chain.def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle>(),
+            py::kw_only(), "draft_offsets"_a, "draft_tokens"_a, "target_probs"_a, "draft_probs"_a = py::none(),
+            "target_row_max"_a = py::none(), "shard"_a = py::none(), "vocab_size"_a = py::none())
+      .def_property_readonly("shard", [](const PyChainBatch& b) { return b.shard; })
       .def_property_readonly("draft_offsets", &offsets_source<PyChainBatch>)
       .def_property_readonly("draft_tokens", &tokens_source<PyChainBatch>)
       .def_property_readonly("target_probs", source_of(&PyChainBatch::target_probs))
@@ -314,6 +333,10 @@ void bind_module(py::module_& m) {
       "GIL while it runs. max_threads: 0 uses every hardware thread once the batch is large enough.";
   m.def("verify", &verify_chains, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "max_threads"_a = 0, verify_doc);
+  m.def("verify", &verify_chains_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
+        "all_gather"_a, "max_threads"_a = 0,
+        "verify(..., all_gather=fn): this rank's slice of a sharded ChainBatch (batch.shard). fn(send) takes\n"
+        "this rank's message, a 1-D uint8 array, and returns every rank's concatenated in rank order.");
   m.def("verify", &verify_logits_chains, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "max_threads"_a = 0);
   m.def("verify", &verify_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),

@@ -57,10 +57,11 @@ struct Fresh {
 };
 
 /// The arguments made fresh, the C++ views built with their copies of the indices (with the GIL),
-/// then verify without the GIL.
-template <class PyBatch, class PyOut>
-VerifyStats verify_batch(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
-                         const PyOut& out, const py::int_& max_threads) {
+/// then call(rule, batch, randomness, out, options) without the GIL (specverify::verify, or its
+/// sharded form).
+template <class PyBatch, class PyOut, class Call>
+VerifyStats verify_batch_with(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
+                              const PyOut& out, const py::int_& max_threads, const Call& call) {
   const std::int32_t threads = thread_cap(max_threads);
   Fresh<PyBatch, PyOut> now(rule, batch, randomness, out);
   PyBatch& batch_now = now.batch;
@@ -72,8 +73,16 @@ VerifyStats verify_batch(py::handle rule, const PyBatch& batch, const PyRandomne
   return with_rule<PyBatch::kShape>(rule, batch_now.drafts(), [&](const auto& cpp_rule) {
     py::gil_scoped_release release;
     return with_view(batch_view, [&](const auto& rows) {
-      return specverify::verify(cpp_rule, rows, random_view, out_view, CpuOptions{threads});
+      return call(cpp_rule, rows, random_view, out_view, CpuOptions{threads});
     });
+  });
+}
+
+template <class PyBatch, class PyOut>
+VerifyStats verify_batch(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
+                         const PyOut& out, const py::int_& max_threads) {
+  return verify_batch_with(rule, batch, randomness, out, max_threads, [](const auto&... args) {
+    return specverify::verify(args...);
   });
 }
 
@@ -85,6 +94,11 @@ VerifyStats verify_trees(py::handle rule, const PyTreeBatch& batch, const PyRand
                          const PyTreeOutput& out, const py::int_& max_threads);
 VerifyStats verify_logits_trees(py::handle rule, const PyLogitsTreeBatch& batch, const PyRandomness& randomness,
                                 const PyTreeOutput& out, const py::int_& max_threads);
+
+/// verify(..., all_gather=fn): this rank's slice of a sharded ChainBatch, the ranks gathered by fn.
+VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
+                                  const PyChainOutput& out, const py::function& all_gather,
+                                  const py::int_& max_threads);
 
 /// Binds _verify_padded and _accept_uniforms, the C++ half of specverify.padded.
 void bind_padded(py::module_& m);

@@ -161,11 +161,37 @@ class SerialItems {
   std::vector<std::int32_t> depth_;
 };
 
+namespace detail {
+
+/// Throws invalid_input with the library's prefix and the parts streamed in order.
+template <class... Parts>
+[[noreturn]] void reject(const Parts&... parts) {
+  std::ostringstream message;
+  message << "specverify::verify: ";
+  (message << ... << parts);
+  throw invalid_input(message.str());
+}
+
+}  // namespace detail
+
+/// A batch that holds a slice of the vocabulary (VocabShard) needs the other ranks: the verify
+/// overloads without a communicator refuse it.
+template <class Batch>
+void reject_sharded(const Batch& batch) {
+  const VocabShard& s = batch.shard;
+  if (!s.whole()) {
+    detail::reject("batch.shard is rank ", s.rank, " of ", s.ranks, " (vocab_start ", s.vocab_start,
+                   ", local_vocab_size ", s.local_vocab_size,
+                   "): a sharded batch needs verify(rule, batch, randomness, out, comm)");
+  }
+}
+
 /// Throws invalid_input for what the host can judge without reading any array (sizes, the rule's
 /// parameters, required pointers, strides). Backends whose arrays the host cannot read (CUDA)
 /// check the rest with check_sequence where the data lives.
 template <class Rule, class Batch, class Output>
 void validate_shape(const Rule& rule, const Batch& batch, const Output& out) {
+  reject_sharded(batch);
   raise_if(check_shape(rule, batch, out));
 }
 

@@ -22,15 +22,6 @@ namespace specverify::core {
 
 namespace detail {
 
-/// Throws invalid_input with the library's prefix and the parts streamed in order.
-template <class... Parts>
-[[noreturn]] void reject(const Parts&... parts) {
-  std::ostringstream message;
-  message << "specverify::verify: ";
-  (message << ... << parts);
-  throw invalid_input(message.str());
-}
-
 /// Sampling parameters, the draft map (inverting it into target_to_draft) and guidance, for any
 /// logits batch. Runs after the layout's own validation.
 /// A sequence's sampling parameters out of range (check_sampling_params found `problem`).
@@ -324,6 +315,7 @@ template <class Rule, class Logit>
 void validate(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
               const ChainOutput& out, std::vector<std::int32_t>& target_to_draft,
               std::vector<std::int32_t>& bias_order) {
+  reject_sharded(batch);
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
   validate(rule, detail::probability_shape(batch), randomness, out);
   check_positions<Rule>(randomness);
@@ -336,6 +328,7 @@ template <class Rule, class Logit>
 void validate(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
               const TreeOutput& out, std::vector<std::int32_t>& target_to_draft,
               std::vector<std::int32_t>& bias_order) {
+  reject_sharded(batch);
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
   validate(rule, detail::probability_shape(batch), randomness, out);
   check_positions<Rule>(randomness);

@@ -1,0 +1,167 @@
+// The sharded verify against what engines do today, ranks as MPI processes on this machine:
+//   sharded/...  each rank verifies its slice (specverify::verify over MpiCommunicator);
+//   gather/...   each rank gathers every row whole (MPI_Allgather of its slices, then the rows put
+//                back together), then runs the unsharded verify;
+//   read/...     one pass over this rank's slices (the floor of any per-step work on them).
+// Counters: bytes_sent, what one rank sends per step; calls, its collectives per step.
+//
+//   mpirun -np 4 build/release/bench/bench_sharded --benchmark_counters_tabular=true
+//
+// Every rank runs the same fixed iterations in lockstep (collectives inside); rank 0 reports.
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "read_pass.hpp"
+#include "specverify/mpi.hpp"
+#include "support.hpp"
+
+namespace sv = specverify;
+
+namespace {
+
+int g_rank = 0, g_ranks = 1;
+
+/// Counts the collectives and bytes one rank makes.
+struct CountingCommunicator {
+  sv::MpiCommunicator mpi;
+  mutable std::int64_t calls = 0, bytes = 0;
+  void all_gather(const void* send, std::size_t n, void* recv) const {
+    ++calls;
+    bytes += static_cast<std::int64_t>(n);
+    mpi.all_gather(send, n, recv);
+  }
+};
+
+/// B chains of K drafts; this rank's slices of their rows (K + 1 target and K draft rows each).
+struct Step {
+  std::int32_t B, V, K, start, size;
+  std::vector<std::int32_t> offsets, tokens;
+  std::vector<float> p, q;  // this rank's slices, stride size
+
+  Step(std::int32_t b, std::int32_t v, std::int32_t k) : B(b), V(v), K(k) {
+    start = static_cast<std::int32_t>(std::int64_t{V} * g_rank / g_ranks);
+    size = static_cast<std::int32_t>(std::int64_t{V} * (g_rank + 1) / g_ranks) - start;
+    std::mt19937_64 rng(5);
+    for (std::int32_t s = 0; s <= B; ++s) offsets.push_back(s * K);
+    // Eight distinct rows, reused: making 704 rows of 262144 would cost more than the runs.
+    std::vector<std::vector<float>> pool;
+    for (int i = 0; i < 8; ++i) pool.push_back(sv::testing::random_distribution(V, rng));
+    for (std::int32_t r = 0; r < B * (K + 1) + B * K; ++r) {
+      const std::vector<float>& row = pool[static_cast<std::size_t>(r) % pool.size()];
+      auto& into = r < B * (K + 1) ? p : q;
+      into.insert(into.end(), row.begin() + start, row.begin() + start + size);
+      if (r >= B * (K + 1)) tokens.push_back(static_cast<std::int32_t>(rng() % V));
+    }
+  }
+  std::int64_t rows() const { return std::int64_t{B} * (2 * K + 1); }
+};
+
+void report(benchmark::State& state, const Step& s, std::int64_t calls, std::int64_t bytes) {
+  state.counters["calls"] = benchmark::Counter(static_cast<double>(calls) / state.iterations());
+  state.counters["bytes_sent"] = benchmark::Counter(static_cast<double>(bytes) / state.iterations());
+  state.counters["bytes_per_row"] = benchmark::Counter(static_cast<double>(bytes) / state.iterations() / s.rows());
+}
+
+void sharded(benchmark::State& state) {
+  const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5);
+  sv::ChainBatch<float> batch{s.B, s.V, s.offsets.data(), s.tokens.data(), s.p.data(), s.q.data()};
+  batch.shard = {g_rank, g_ranks, s.start, s.size};
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(s.B * (s.K + 1))), accepted(static_cast<std::size_t>(s.B));
+  const CountingCommunicator comm{sv::MpiCommunicator{MPI_COMM_WORLD}};
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.K + 1, accepted.data()}, comm, {1});
+    benchmark::DoNotOptimize(tokens.data());
+  }
+  report(state, s, comm.calls, comm.bytes);
+}
+
+void gather(benchmark::State& state) {
+  const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5);
+  std::vector<float> p_all(s.p.size() * g_ranks + 64), q_all(s.q.size() * g_ranks + 64);
+  std::vector<float> p(std::size_t(s.B) * (s.K + 1) * s.V), q(std::size_t(s.B) * s.K * s.V);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(s.B * (s.K + 1))), accepted(static_cast<std::size_t>(s.B));
+  std::vector<std::int32_t> sizes(static_cast<std::size_t>(g_ranks)), starts(static_cast<std::size_t>(g_ranks));
+  for (int r = 0; r < g_ranks; ++r) {
+    starts[r] = static_cast<std::int32_t>(std::int64_t{s.V} * r / g_ranks);
+    sizes[r] = static_cast<std::int32_t>(std::int64_t{s.V} * (r + 1) / g_ranks) - starts[r];
+  }
+  // Slices differ by at most one element: every rank sends the largest, as an all_gather must.
+  const std::int32_t widest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<float> send_p(std::size_t(widest) * s.B * (s.K + 1)), send_q(std::size_t(widest) * s.B * s.K);
+  std::int64_t bytes = 0;
+  std::uint64_t step = 0;
+  const auto gather_rows = [&](const std::vector<float>& mine, std::vector<float>& send, std::vector<float>& all,
+                               std::vector<float>& whole, std::int64_t rows) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::memcpy(&send[std::size_t(r) * widest], &mine[std::size_t(r) * s.size], sizeof(float) * s.size);
+    }
+    const int count = static_cast<int>(send.size());
+    MPI_Allgather(send.data(), count, MPI_FLOAT, all.data(), count, MPI_FLOAT, MPI_COMM_WORLD);
+    bytes += std::int64_t{count} * 4;
+    for (int k = 0; k < g_ranks; ++k) {  // [rank][row][slice] -> [row][V]
+      for (std::int64_t r = 0; r < rows; ++r) {
+        std::memcpy(&whole[std::size_t(r) * s.V + starts[k]], &all[std::size_t(k) * count + std::size_t(r) * widest],
+                    sizeof(float) * sizes[k]);
+      }
+    }
+  };
+  for (auto _ : state) {
+    gather_rows(s.p, send_p, p_all, p, std::int64_t{s.B} * (s.K + 1));
+    gather_rows(s.q, send_q, q_all, q, std::int64_t{s.B} * s.K);
+    const sv::ChainBatch<float> batch{s.B, s.V, s.offsets.data(), s.tokens.data(), p.data(), q.data()};
+    sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.K + 1, accepted.data()}, sv::CpuOptions{1});
+    benchmark::DoNotOptimize(tokens.data());
+  }
+  report(state, s, 2 * state.iterations(), bytes);
+}
+
+void read(benchmark::State& state) {
+  const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(specverify::bench::read_pass(s.p.data(), static_cast<std::int32_t>(s.p.size())));
+    benchmark::DoNotOptimize(specverify::bench::read_pass(s.q.data(), static_cast<std::int32_t>(s.q.size())));
+  }
+  report(state, s, 0, 0);
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"B", "V"})->Unit(benchmark::kMicrosecond)->Iterations(40);
+  for (const std::int64_t V : {128256, 151936, 262144}) {
+    for (const std::int64_t B : {1, 16, 64}) b->Args({B, V});
+  }
+}
+
+BENCHMARK(sharded)->Apply(shapes);
+BENCHMARK(gather)->Apply(shapes);
+BENCHMARK(read)->Apply(shapes);
+
+/// Ranks other than 0 run the same benchmarks silently.
+class Silent : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_ranks);
+  benchmark::Initialize(&argc, argv);
+  if (g_rank == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    Silent silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  }
+  benchmark::Shutdown();
+  MPI_Finalize();
+  return 0;
+}

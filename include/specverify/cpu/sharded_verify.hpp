@@ -1,0 +1,891 @@
+// The sharded verify on the CPU (API.md "Sharded vocabulary"): each rank holds a slice of every
+// row, and the ranks exchange summaries of their slices, never the rows, through the caller's
+// all_gather. Every summary merges bit for bit (FixedSums, maxima, first indices), so every rank
+// gets the unsharded verify's outputs.
+//
+// In phases, each one all_gather for the whole batch (DESIGN.md), their number and bytes a
+// function of B, the drafts' shape and the rule alone:
+//   1. shard: each rank's slice, its local findings (validation), a digest of the shared input;
+//   2. rows: at every node that may be read, p(x) and q(x) from the rank holding x, and the
+//      statistics the rule asks for (max, argmax, entropy, divergence at scale 1, the coupled
+//      sample's winner), each with the first invalid value its pass met;
+//   3. (rules with statistics) the sums whose largest term leaves FixedSum's domain, again at the
+//      scale the whole row's largest term gives;
+//   then every rank walks every sequence with core::walk over the merged summaries, which decides
+//   identically everywhere and leaves one draw per sequence (its weights and uniform) undone;
+//   4. draws: each slice's sum of the draw's weights (and of p, in case the residual has no mass);
+//   5. those sums again at the scale the whole row's bound gives, where it is not 1;
+//   6. tokens: the rank whose slice holds u times the total draws in it, from the exact sum of the
+//      slices before it.
+// So a rank sends 6 (5 without statistics) messages per call. So far: chains of probability rows
+// with every rule that tests draft by draft (not Block, not Traversal).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "specverify/core/chain_layout.hpp"
+#include "specverify/core/output.hpp"
+#include "specverify/core/validate.hpp"
+#include "specverify/core/walk.hpp"
+#include "specverify/cpu/divergence_kernels.hpp"
+#include "specverify/cpu/logit_kernels.hpp"
+#include "specverify/cpu/row_kernels.hpp"
+#include "specverify/cpu/verify.hpp"
+#include "specverify/rule.hpp"
+#include "specverify/types.hpp"
+
+namespace specverify {
+namespace cpu::shard {
+
+/// A message of plain values in a fixed order; every rank writes the same layout.
+class Message {
+ public:
+  template <class T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>, "messages hold plain values");
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&v);
+    data_.insert(data_.end(), bytes, bytes + sizeof(T));
+  }
+  const unsigned char* data() const { return data_.data(); }
+  std::size_t size() const { return data_.size(); }
+
+ private:
+  std::vector<unsigned char> data_;
+};
+
+/// Rank r's part of a gathered message, read in the order it was written.
+class Reader {
+ public:
+  Reader(const unsigned char* data) : at_(data) {}
+  template <class T>
+  T get() {
+    T v;
+    std::memcpy(&v, at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+
+ private:
+  const unsigned char* at_;
+};
+
+/// What every rank receives of one phase: ranks messages of `bytes` each.
+template <class Comm>
+std::vector<unsigned char> gather(const Comm& comm, const Message& m, std::int32_t ranks) {
+  std::vector<unsigned char> all(m.size() * static_cast<std::size_t>(ranks));
+  comm.all_gather(m.data(), m.size(), all.data());
+  return all;
+}
+
+/// A TermSum as it crosses ranks (cpu/divergence_kernels.hpp).
+struct TermWire {
+  std::int64_t hi = 0, lo = 0;
+  double max_term = 0.0;
+  std::uint8_t infinite = 0, ok = 1;
+
+  static TermWire of(const detail::TermSum& t) {
+    return {t.sum.hi, t.sum.lo, t.max_term, std::uint8_t(t.infinite), std::uint8_t(t.ok)};
+  }
+  detail::TermSum sum(double scale) const {
+    detail::TermSum t;
+    t.sum.hi = hi;
+    t.sum.lo = lo;
+    t.scale = scale;
+    t.max_term = max_term;
+    t.infinite = infinite != 0;
+    t.ok = ok != 0;
+    return t;
+  }
+};
+
+/// The first invalid value a pass met in a row: its token (-1: none) and value. Merged in rank
+/// order, the first rank's is the row's first.
+struct BadValue {
+  std::int32_t token = -1;
+  float value = 0.0f;
+
+  void merge(const BadValue& later) {
+    if (token < 0) *this = later;
+  }
+};
+
+inline BadValue first_bad(const float* row, std::int32_t n, std::int32_t start) {
+  float value = 0.0f;
+  const std::int32_t i = core::first_invalid(row, n, value);
+  return {i < 0 ? -1 : start + i, value};
+}
+
+/// One node's slice summary (phase 2): p at its draft, q there, and the statistics.
+struct NodeSlice {
+  float p_x = 0.0f, q_x = 0.0f;  // meaningful from the rank holding x
+  float max = 0.0f;
+  std::int32_t argmax = -1;      // first token of this slice holding its max
+  std::uint8_t max_ok = 1;
+  TermWire entropy, divergence, after;  // after: a one-hot divergence's mass past x
+  GumbelBest coupled;
+  BadValue p_bad, q_bad;
+};
+
+/// Which of a NodeSlice's fields a rule reads: only those cross ranks (Standard sends p(x), q(x)).
+struct NodeFields {
+  bool max = false, entropy = false, divergence = false, after = false, coupled = false;
+  bool any_pass() const { return max || entropy || divergence || coupled; }
+
+  void put(Message& m, const NodeSlice& n) const {
+    m.put(n.p_x);
+    m.put(n.q_x);
+    if (max) {
+      m.put(n.max);
+      m.put(n.argmax);
+      m.put(n.max_ok);
+    }
+    if (entropy) m.put(n.entropy);
+    if (divergence) m.put(n.divergence);
+    if (after) m.put(n.after);
+    if (coupled) m.put(n.coupled);
+    if (any_pass()) {
+      m.put(n.p_bad);
+      m.put(n.q_bad);
+    }
+  }
+  NodeSlice get(Reader& in) const {
+    NodeSlice n;
+    n.p_x = in.get<float>();
+    n.q_x = in.get<float>();
+    if (max) {
+      n.max = in.get<float>();
+      n.argmax = in.get<std::int32_t>();
+      n.max_ok = in.get<std::uint8_t>();
+    }
+    if (entropy) n.entropy = in.get<TermWire>();
+    if (divergence) n.divergence = in.get<TermWire>();
+    if (after) n.after = in.get<TermWire>();
+    if (coupled) n.coupled = in.get<GumbelBest>();
+    if (any_pass()) {
+      n.p_bad = in.get<BadValue>();
+      n.q_bad = in.get<BadValue>();
+    }
+    return n;
+  }
+};
+
+/// One sequence's draw (phase 4, 5): the sums of the residual's and of p's weights over the slice.
+struct DrawSlice {
+  core::FixedSum residual, target;
+  double residual_bound = 0.0, target_bound = 0.0;  // fixed_bound of the slice's largest p
+  std::uint8_t ok = 1;
+  BadValue bad;
+};
+
+/// The draw a walk leaves for phase 4: sequence b's at `depth`, from p (residual: minus q, or the
+/// one-hot at x), with uniform u; where it lands in the outputs, and the fault's words if it fails.
+struct PendingDraw {
+  bool active = false, residual = false;
+  std::int64_t slot = 0;  // the node's row of p
+  std::int32_t x = -1;    // the rejected draft
+  float u = 0.0f;
+  std::int32_t depth = 0, node = -1;
+  std::int64_t p_row = -1, q_row = -1;
+};
+
+/// A node's row for the walk: the target row (p) or the draft row (q) of node `slot`.
+struct RowRef {
+  std::int64_t slot = 0;
+  bool draft = false;
+};
+
+inline bool view_ok(const RowRef&) { return true; }
+inline bool view_has_mass(const RowRef&) { return true; }
+
+/// The walk's row source: row indices, keyed by the node slot (a chain's target row index).
+struct Source {
+  using Row = RowRef;
+  bool has_q = false;
+  const float* target_row_max{};
+
+  bool has_draft() const { return has_q; }
+  RowRef target_row(std::int32_t, std::int64_t row) const { return {row, false}; }
+  RowRef draft_row(std::int32_t b, std::int64_t row) const { return {row + b, true}; }  // chains: slot = q row + b
+  const float* known_max(std::int64_t row) const { return target_row_max ? target_row_max + row : nullptr; }
+};
+
+/// A node's merged summary, what the walk reads.
+struct Node {
+  std::int32_t x = -1;  // the draft at this node (-1: the bonus row)
+  float p_x = 0.0f, q_x = 0.0f;
+  float max = 0.0f;
+  std::int32_t argmax = -1;
+  bool max_ok = true;
+  detail::TermSum entropy, divergence, after;
+  GumbelBest coupled;
+  BadValue p_bad, q_bad;
+};
+
+/// The walk's rows: answers from the merged summaries; the one draw is left pending.
+struct Rows {
+  using View = RowRef;
+  const std::vector<Node>* nodes{};
+  PendingDraw* pending{};
+
+  const Node& at(const RowRef& r) const { return (*nodes)[static_cast<std::size_t>(r.slot)]; }
+
+  RowRef open(RowRef r) const { return r; }
+  float value(const RowRef& r, std::int32_t v) const {
+    const Node& n = at(r);
+    if (r.draft) return n.q_x;  // the walk reads q only at the draft
+    if (v == n.x) return n.p_x;
+    if (v == n.argmax) return n.max;
+    if (v == n.coupled.token) return n.coupled.p;
+    return std::numeric_limits<float>::quiet_NaN();  // a pending draw's token: phase 6 writes its log p
+  }
+  Checked<float> max(const RowRef& p) const { return {at(p).max, at(p).max_ok}; }
+  Checked<std::int32_t> argmax(const RowRef& p) const {
+    const Node& n = at(p);
+    return {n.max_ok && n.max > 0.0f ? n.argmax : -1, n.max_ok};
+  }
+  Checked<float> entropy(const RowRef& p) const { return detail::scaled(at(p).entropy, 1.0); }
+  Checked<float> divergence(Divergence d, const RowRef& p, const RowRef* q, std::int32_t x) const {
+    const Node& n = at(p);
+    if (q) {
+      double factor;
+      detail::with_divergence_term(d, factor, [](auto, bool) { return 0; });
+      if (!n.divergence.ok || factor == 0.0) return {std::numeric_limits<float>::quiet_NaN(), false};
+      return detail::scaled(n.divergence, factor);
+    }
+    // As one_hot_divergence: `divergence` holds the mass before x and `after` the mass past it,
+    // each summed at its own scale.
+    (void)x;
+    const bool ok = n.divergence.ok && n.after.ok && valid_probability(n.p_x);
+    const bool off_x = n.divergence.max_term > 0.0 || n.after.max_term > 0.0;
+    double rest;
+    if (n.divergence.scale == n.after.scale) {
+      detail::TermSum both = n.divergence;
+      both.merge(n.after);
+      rest = both.value();
+    } else {
+      rest = n.divergence.value() + n.after.value();
+    }
+    return {detail::one_hot_value(d, n.p_x, rest, off_x), ok};
+  }
+  Checked<std::int32_t> draw_residual(const RowRef& p, const RowRef* q, std::int32_t x, float u) {
+    *pending = PendingDraw{true, true, p.slot, q ? -1 : x, u};
+    return {0, true};  // a placeholder token: phase 6 writes the drawn one
+  }
+  Checked<std::int32_t> draw_target(const RowRef& p, float u) {
+    *pending = PendingDraw{true, false, p.slot, -1, u};
+    return {0, true};
+  }
+  Checked<std::int32_t> gumbel_argmax(const RowRef& p, std::uint64_t, std::int64_t) const {
+    const GumbelBest& g = at(p).coupled;
+    return {g.ok ? g.token : -1, g.ok};
+  }
+  // A chain's node has one child: no sibling is ever absorbed.
+  core::Siblings siblings(std::int32_t) { return {}; }
+  Checked<double> mass(const core::Residual<RowRef>&, std::int32_t) const { return {0.0, false}; }
+  Checked<std::int32_t> draw(const core::Residual<RowRef>&, std::int32_t, float) const { return {-1, false}; }
+};
+
+
+/// Phase 1's message: a rank's slice, and what it found wrong locally (the text every rank throws).
+struct Header {
+  std::int32_t rank = 0, ranks = 1, start = 0, size = 0;
+  std::uint8_t has_q = 0, failed = 0;
+  std::uint64_t digest = 0;
+  char message[400] = {};
+};
+
+/// FNV-1a over the input every rank must share: ranks that disagree would walk different drafts.
+class Digest {
+ public:
+  template <class T>
+  void add(const T* v, std::int64_t count) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(v);
+    for (std::int64_t i = 0; i < count * std::int64_t(sizeof(T)); ++i) h_ = (h_ ^ bytes[i]) * 1099511628211ull;
+  }
+  std::uint64_t value() const { return h_; }
+
+ private:
+  std::uint64_t h_ = 14695981039346656037ull;
+};
+
+/// A sharded verify of one chain batch on one rank.
+template <class Arch, class Rule, class Comm>
+class ChainVerify {
+  using traits = rule_traits<Rule>;
+  static constexpr bool kCoupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
+
+ public:
+  ChainVerify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness, const Comm& comm)
+      : rule_(rule), batch_(batch), randomness_(randomness), comm_(comm), layout_(core::ChainLayout::of(batch)) {}
+
+  /// Phase 1: every rank learns every slice, or every rank throws the lowest rank's finding.
+  void agree(const ChainOutput& out, const CpuOptions& options) {
+    Header h;
+    const VocabShard& s = batch_.shard;
+    h.rank = s.rank;
+    h.ranks = s.ranks;
+    h.start = s.vocab_start;
+    h.size = s.ranks == 1 && s.local_vocab_size == 0 ? batch_.vocab_size : s.local_vocab_size;
+    h.has_q = batch_.draft_probs != nullptr;
+    try {
+      check_slice(h);
+      ChainBatch<float> whole = batch_;  // validated as the unsharded verify would see it
+      whole.shard = {};
+      whole.target_stride = whole.draft_stride = 0;
+      static const float placeholder = 0.0f;  // validation reads no row; an empty slice may pass null
+      if (!whole.target_probs) whole.target_probs = &placeholder;
+      core::validate(rule_, whole, randomness_, out);
+      core::check_positions<Rule>(randomness_);
+      detail::check_options(options);
+      h.digest = digest(out);
+    } catch (const invalid_input& e) {
+      h.failed = 1;
+      std::strncpy(h.message, e.what(), sizeof h.message - 1);
+    }
+    Message m;
+    m.put(h);
+    const auto all = gather(comm_, m, std::max(1, s.ranks));
+    headers_.resize(static_cast<std::size_t>(std::max(1, s.ranks)));
+    for (std::size_t r = 0; r < headers_.size(); ++r) std::memcpy(&headers_[r], all.data() + r * sizeof(Header), sizeof(Header));
+    for (const Header& other : headers_) {
+      if (other.failed) throw invalid_input(other.message);
+    }
+    std::int32_t end = 0;
+    has_q_ = false;
+    for (std::int32_t r = 0; r < s.ranks; ++r) {
+      const Header& o = headers_[r];
+      if (o.rank != r || o.ranks != s.ranks || o.start != end) {
+        core::detail::reject("batch.shard: rank ", r, " holds [", o.start, ", ", o.start + o.size, ") as rank ",
+                             o.rank, " of ", o.ranks, "; the slices must follow in rank order from 0 to vocab_size = ",
+                             batch_.vocab_size);
+      }
+      if (o.digest != headers_[0].digest) {
+        core::detail::reject("rank ", r, " passes other drafts, offsets or sizes than rank 0: every rank must pass the same");
+      }
+      end += o.size;
+      has_q_ = has_q_ || (o.size > 0 && o.has_q);
+    }
+    if (end != batch_.vocab_size) {
+      core::detail::reject("batch.shard: the slices cover [0, ", end, "), not [0, vocab_size = ", batch_.vocab_size, ")");
+    }
+    for (std::int32_t r = 0; r < s.ranks; ++r) {
+      if (headers_[r].size > 0 && !headers_[r].has_q && has_q_) {
+        core::detail::reject("rank ", r, " passes no draft_probs while another rank does");
+      }
+    }
+    start_ = h.start;
+    size_ = h.size;
+  }
+
+  VerifyStats run(const ChainOutput& output) {
+    const std::int32_t B = batch_.batch_size;
+    const std::int64_t slots = std::int64_t{batch_.draft_offsets[B]} + B;
+    rows_phase(slots);
+    const RowStats need = traits::stats(rule_);
+    if (need.entropy || need.divergence) rescale_phase(slots);
+
+    const core::OutputRows out = core::OutputRows::of(output);
+    std::vector<float> staged(out.logprobs ? std::size_t(B) * std::size_t(out.row_width) : 0);
+    results_.assign(static_cast<std::size_t>(B), {});
+    pending_.assign(static_cast<std::size_t>(B), {});
+    Source source{has_q_, batch_.target_row_max};
+    for (std::int32_t b = 0; b < B; ++b) {
+      Rows rows{&nodes_, &pending_[b]};
+      results_[b] = core::walk(rule_, layout_, source, randomness_, b, rows, stage(staged, out, b));
+      settle(b);
+    }
+    draw_phases(staged, out);
+    for (std::int32_t b = 0; b < B; ++b) {
+      core::Fault f = results_[b].fault;
+      if (f.kind != core::FaultKind::none) core::raise(core::from_fault(f, b, core::Place::position));
+    }
+    VerifyStats total;
+    for (std::int32_t b = 0; b < B; ++b) {
+      core::write_sequence(layout_, b, results_[b], out, stage(staged, out, b));
+      core::add_stats(total, results_[b]);
+    }
+    return total;
+  }
+
+ private:
+  void check_slice(const Header& h) const {
+    const VocabShard& s = batch_.shard;
+    if (s.ranks < 1 || s.rank < 0 || s.rank >= s.ranks) {
+      core::detail::reject("batch.shard: rank ", s.rank, " of ", s.ranks, " (rank must lie in [0, ranks))");
+    }
+    if (h.start < 0 || h.size < 0 || std::int64_t{h.start} + h.size > batch_.vocab_size) {
+      core::detail::reject("batch.shard: rank ", s.rank, " holds [", h.start, ", ", std::int64_t{h.start} + h.size,
+                           "), outside [0, vocab_size = ", batch_.vocab_size, ")");
+    }
+    if (h.size > 0 && !batch_.target_probs) core::detail::reject("target_probs is null on rank ", s.rank);
+    if (batch_.target_stride != 0 && batch_.target_stride < h.size) {
+      core::detail::reject("target_stride = ", batch_.target_stride, " is below rank ", s.rank, "'s slice of ", h.size);
+    }
+    if (batch_.draft_stride != 0 && batch_.draft_stride < h.size) {
+      core::detail::reject("draft_stride = ", batch_.draft_stride, " is below rank ", s.rank, "'s slice of ", h.size);
+    }
+  }
+
+  std::uint64_t digest(const ChainOutput& out) const {
+    Digest d;
+    const std::int32_t shape[4] = {batch_.batch_size, batch_.vocab_size, out.row_width, batch_.shard.ranks};
+    d.add(shape, 4);
+    if (batch_.batch_size > 0) {
+      d.add(batch_.draft_offsets, batch_.batch_size + 1);
+      d.add(batch_.draft_tokens, batch_.draft_offsets[batch_.batch_size]);
+    }
+    return d.value();
+  }
+
+  static float* stage(std::vector<float>& staged, const core::OutputRows& out, std::int32_t b) {
+    return staged.empty() ? nullptr : staged.data() + std::size_t(b) * out.row_width;
+  }
+
+  const float* p_row(std::int64_t slot) const {
+    const std::int64_t stride = batch_.target_stride ? batch_.target_stride : size_;
+    return size_ > 0 ? batch_.target_probs + slot * stride : nullptr;
+  }
+  const float* q_row(std::int64_t draft) const {
+    const std::int64_t stride = batch_.draft_stride ? batch_.draft_stride : size_;
+    return size_ > 0 && has_q_ ? batch_.draft_probs + draft * stride : nullptr;
+  }
+  bool holds(std::int32_t token) const { return token >= start_ && token - start_ < size_; }
+
+  /// The sequence and depth of each slot, in slot order.
+  template <class Fn>
+  void for_nodes(Fn fn) const {
+    for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
+      for (std::int32_t d = 0; d <= layout_.count(b); ++d) fn(b, d, layout_.target_row(b, d - 1));
+    }
+  }
+
+  /// Divergence d's sum over the slice [lo, hi) of p and q at `scale` (q null: p's mass).
+  detail::TermSum divergence_part(const float* p, const float* q, std::int32_t lo, std::int32_t hi, double scale) const {
+    const std::int32_t n = std::max(0, hi - lo);
+    if (!q) return detail::sum_terms_at<Arch>(p + lo, nullptr, n, detail::MassTerm{}, scale);
+    double factor;
+    detail::TermSum t = detail::with_divergence_term(traits::stats(rule_).kind, factor, [&](auto term, bool swapped) {
+      return swapped ? detail::sum_terms_at<Arch>(q + lo, p + lo, n, term, scale)
+                     : detail::sum_terms_at<Arch>(p + lo, q + lo, n, term, scale);
+    });
+    return t;
+  }
+  /// The two parts of a one-hot divergence around x, as local ranges: [0, x) and (x, V).
+  std::pair<std::int32_t, std::int32_t> before_x(std::int32_t x) const {
+    return {0, std::clamp(x - start_, 0, size_)};
+  }
+  std::pair<std::int32_t, std::int32_t> after_x(std::int32_t x) const {
+    return {std::clamp(x + 1 - start_, 0, size_), size_};
+  }
+
+  /// Phase 2: the summaries of every node's rows.
+  NodeFields fields() const {
+    const RowStats need = traits::stats(rule_);
+    NodeFields f;
+    f.max = need.max || need.argmax || traits::on_reject == Draw::argmax || traits::on_bonus == Draw::argmax;
+    f.entropy = need.entropy;
+    f.divergence = need.divergence;
+    f.after = need.divergence && !has_q_;
+    f.coupled = kCoupled;
+    return f;
+  }
+
+  void rows_phase(std::int64_t slots) {
+    const RowStats need = traits::stats(rule_);
+    const NodeFields fields = this->fields();
+    const bool want_max = fields.max;
+    Message m;
+    for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot) {
+      NodeSlice n;
+      const bool child = d < layout_.count(b);
+      const std::int32_t x = child ? layout_.token(b, d) : -1;
+      const float* p = p_row(slot);
+      const float* q = child ? q_row(layout_.draft_row(b, d)) : nullptr;
+      if (size_ > 0) {
+        if (child && holds(x)) {
+          n.p_x = p[x - start_];
+          if (q) n.q_x = q[x - start_];
+        }
+        bool p_ok = true, q_ok = true;
+        if (want_max) {
+          const Checked<float> mx = row_max<Arch>(p, size_);
+          n.max = mx.value;
+          n.max_ok = mx.ok;
+          p_ok = mx.ok;
+          if (mx.ok && mx.value > 0.0f) n.argmax = start_ + row_argmax<Arch>(p, size_).value;
+        }
+        if (need.entropy) {
+          const detail::TermSum e = detail::sum_terms_at<Arch>(p, nullptr, size_, detail::EntropyTerm{}, 1.0);
+          n.entropy = TermWire::of(e);
+          p_ok = p_ok && e.ok;
+        }
+        if (need.divergence && child) {
+          if (q) {
+            const detail::TermSum t = divergence_part(p, q, 0, size_, 1.0);
+            n.divergence = TermWire::of(t);
+            if (!t.ok) q_ok = p_ok = false;  // named below by a scan of each
+          } else {
+            const auto [lo, mid] = before_x(x);
+            const auto [mid2, hi] = after_x(x);
+            const detail::TermSum a = divergence_part(p, nullptr, lo, mid, 1.0);
+            const detail::TermSum c = divergence_part(p, nullptr, mid2, hi, 1.0);
+            n.divergence = TermWire::of(a);
+            n.after = TermWire::of(c);
+            p_ok = p_ok && a.ok && c.ok;
+          }
+        }
+        if (kCoupled) {
+          n.coupled = gumbel_best(p, size_, start_, core::coupled_seed(randomness_, b),
+                                  core::coupled_position(randomness_, b, d));
+          p_ok = p_ok && n.coupled.ok;
+        }
+        if (!p_ok) n.p_bad = first_bad(p, size_, start_);
+        if (!q_ok && q) n.q_bad = first_bad(q, size_, start_);
+      }
+      fields.put(m, n);
+    });
+    const auto all = gather(comm_, m, ranks());
+    nodes_.assign(static_cast<std::size_t>(slots), {});
+    for (std::int32_t r = 0; r < ranks(); ++r) {
+      Reader in(all.data() + std::size_t(r) * m.size());
+      const Header& o = headers_[r];
+      for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot) {
+        const NodeSlice n = fields.get(in);
+        Node& node = nodes_[static_cast<std::size_t>(slot)];
+        const bool child = d < layout_.count(b);
+        if (r == 0) {
+          node.x = child ? layout_.token(b, d) : -1;
+          node.entropy = n.entropy.sum(1.0);
+          node.divergence = n.divergence.sum(1.0);
+          node.after = n.after.sum(1.0);
+          node.coupled = n.coupled;
+        } else {
+          node.entropy.merge(n.entropy.sum(1.0));
+          node.divergence.merge(n.divergence.sum(1.0));
+          node.after.merge(n.after.sum(1.0));
+          node.coupled.merge(n.coupled);
+        }
+        if (node.x >= o.start && node.x - o.start < o.size) {
+          node.p_x = n.p_x;
+          node.q_x = n.q_x;
+        }
+        node.max_ok = node.max_ok && n.max_ok;
+        if (n.max > node.max) {  // the first rank holding the max names its first token
+          node.max = n.max;
+          node.argmax = n.argmax;
+        }
+        node.p_bad.merge(n.p_bad);
+        node.q_bad.merge(n.q_bad);
+      });
+    }
+  }
+
+  /// Phase 3: the statistics whose largest term leaves FixedSum's domain at scale 1, summed again
+  /// at the scale the whole row's largest term gives (as cpu::detail::sum_terms).
+  void rescale_phase(std::int64_t) {
+    const RowStats need = traits::stats(rule_);
+    const std::int64_t V = batch_.vocab_size;
+    // The row length each sum covers: the row, or a one-hot divergence's parts around x.
+    const auto lengths = [&](const Node& n) {
+      const bool one_hot = !has_q_;
+      return std::array<std::int64_t, 3>{V, one_hot ? std::int64_t{n.x} : V, V - n.x - 1};
+    };
+    const auto needs = [&](const detail::TermSum& t, std::int64_t n) { return t.ok && !core::fixed_fits(t.max_term, n); };
+    Message m;
+    for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot) {
+      const Node& n = nodes_[static_cast<std::size_t>(slot)];
+      const auto len = lengths(n);
+      const bool child = d < layout_.count(b);
+      const float* p = p_row(slot);
+      const float* q = child ? q_row(layout_.draft_row(b, d)) : nullptr;
+      TermWire e, dv, af;
+      if (size_ > 0 && need.entropy && needs(n.entropy, len[0])) {
+        e = TermWire::of(detail::sum_terms_at<Arch>(p, nullptr, size_, detail::EntropyTerm{},
+                                                     core::fixed_scale(n.entropy.max_term, len[0])));
+      }
+      if (size_ > 0 && need.divergence && child) {
+        if (has_q_ && needs(n.divergence, len[0])) {
+          dv = TermWire::of(divergence_part(p, q, 0, size_, core::fixed_scale(n.divergence.max_term, len[0])));
+        } else if (!has_q_) {
+          const auto [lo, mid] = before_x(n.x);
+          const auto [mid2, hi] = after_x(n.x);
+          if (needs(n.divergence, len[1])) {
+            dv = TermWire::of(divergence_part(p, nullptr, lo, mid, core::fixed_scale(n.divergence.max_term, len[1])));
+          }
+          if (needs(n.after, len[2])) {
+            af = TermWire::of(divergence_part(p, nullptr, mid2, hi, core::fixed_scale(n.after.max_term, len[2])));
+          }
+        }
+      }
+      if (need.entropy) m.put(e);
+      if (need.divergence) m.put(dv);
+      if (need.divergence && !has_q_) m.put(af);
+    });
+    const auto all = gather(comm_, m, ranks());
+    std::vector<Node> before = nodes_;
+    for (std::int32_t r = 0; r < ranks(); ++r) {
+      Reader in(all.data() + std::size_t(r) * m.size());
+      for_nodes([&](std::int32_t, std::int32_t, std::int64_t slot) {
+        const Node& was = before[static_cast<std::size_t>(slot)];
+        Node& node = nodes_[static_cast<std::size_t>(slot)];
+        const auto len = lengths(was);
+        const std::pair<const detail::TermSum*, detail::TermSum*> sums[3] = {
+            {&was.entropy, &node.entropy}, {&was.divergence, &node.divergence}, {&was.after, &node.after}};
+        const bool sent[3] = {need.entropy, need.divergence, need.divergence && !has_q_};
+        for (int k = 0; k < 3; ++k) {
+          if (!sent[k]) continue;
+          const TermWire w = in.get<TermWire>();
+          if (!needs(*sums[k].first, len[k])) continue;
+          const double scale = core::fixed_scale(sums[k].first->max_term, len[k]);
+          detail::TermSum t = w.sum(scale);
+          t.max_term = sums[k].first->max_term;
+          t.infinite = sums[k].first->infinite;
+          t.ok = sums[k].first->ok;
+          if (r == 0) {
+            *sums[k].second = t;
+          } else {
+            sums[k].second->sum.merge(t.sum);
+          }
+        }
+      });
+    }
+  }
+
+  /// After sequence b's walk: its place for the pending draw, and a bad value its rows' passes
+  /// met that the walk did not stop at (a sharded verify reports every bad value it reads).
+  void settle(std::int32_t b) {
+    core::WalkResult& r = results_[b];
+    PendingDraw& pd = pending_[b];
+    const std::int64_t base = layout_.target_row(b, -1);
+    const std::int32_t limit = traits::cut(rule_, layout_.first(b), layout_.count(b));
+    if (r.fault.kind == core::FaultKind::bad_value && r.fault.column < 0) {
+      name(r.fault, nodes_[static_cast<std::size_t>(r.fault.target_row >= 0 ? r.fault.target_row : base)]);
+    }
+    if (r.fault.kind != core::FaultKind::none) {
+      pd.active = false;
+      return;
+    }
+    for (std::int32_t d = 0; d <= layout_.count(b); ++d) {
+      const Node& n = nodes_[static_cast<std::size_t>(base + d)];
+      if (n.p_bad.token < 0 && n.q_bad.token < 0) continue;
+      r.fault = core::Fault{core::FaultKind::bad_value, d, d < layout_.count(b) ? d : d - 1, base + d, -1};
+      name(r.fault, n);
+      pd.active = false;
+      return;
+    }
+    if (!pd.active) return;
+    pd.depth = static_cast<std::int32_t>(pd.slot - base);
+    const bool bonus = pd.depth == std::min(limit, layout_.count(b));
+    pd.node = bonus ? pd.depth - 1 : pd.depth;
+    pd.p_row = pd.slot;
+    pd.q_row = pd.residual && has_q_ ? layout_.draft_row(b, pd.depth) : -1;
+  }
+
+  /// A row-level fault named by the first bad value its passes met: p's, else q's.
+  void name(core::Fault& f, const Node& n) const {
+    if (n.p_bad.token >= 0) {
+      f.column = n.p_bad.token;
+      f.value = n.p_bad.value;
+    } else if (n.q_bad.token >= 0) {
+      f.target_row = -1;
+      f.column = n.q_bad.token;
+      f.value = n.q_bad.value;
+    }
+  }
+
+  Weights weights(const PendingDraw& pd, bool residual) const {
+    const float* p = p_row(pd.slot);
+    if (!residual) return Weights::target(p, size_);
+    const float* q = has_q_ ? q_row(pd.q_row) : nullptr;
+    return Weights::residual(p, q, holds(pd.x) ? pd.x - start_ : -1, size_);
+  }
+
+  /// This slice's chunk sums of a draw's weights at `scale`, and the bound of the slice.
+  Checked<double> slice_sums(const Weights& w, double scale, ChunkSums& sums) const {
+    WeightsPass<Arch> pass{w};
+    const auto vec = [&](std::int32_t i, auto& lo, auto& hi) { pass(i, lo, hi); };
+    const auto one = [&](std::int32_t i) { return pass(i); };
+    sum_chunks<Arch>(vec, one, w.n, scale, sums);
+    return pass.check();
+  }
+
+  /// Phases 4 to 6: the pending draws.
+  void draw_phases(std::vector<float>& staged, const core::OutputRows& out) {
+    const std::int32_t B = batch_.batch_size;
+    // Phase 4: each slice's sums at scale 1, residual and target.
+    std::vector<ChunkSums> sums(std::size_t(2) * B);
+    Message m4;
+    for (std::int32_t b = 0; b < B; ++b) {
+      const PendingDraw& pd = pending_[b];
+      DrawSlice ds;
+      if (pd.active && size_ > 0) {
+        for (int k = 0; k < 2; ++k) {
+          const bool residual = k == 0;
+          if (residual && !pd.residual) continue;
+          const Checked<double> bound = slice_sums(weights(pd, residual), 1.0, sums[2 * b + k]);
+          (residual ? ds.residual : ds.target) = sums[2 * b + k].total;
+          (residual ? ds.residual_bound : ds.target_bound) = bound.value;
+          if (!bound.ok) {
+            ds.ok = 0;
+            ds.bad = first_bad(p_row(pd.slot), size_, start_);
+            if (ds.bad.token < 0 && pd.residual && has_q_) ds.bad = first_bad(q_row(pd.q_row), size_, start_);
+          }
+        }
+      }
+      m4.put(ds);
+    }
+    const auto all4 = gather(comm_, m4, ranks());
+    std::vector<DrawSlice> merged(static_cast<std::size_t>(B));
+    for (std::int32_t r = 0; r < ranks(); ++r) {
+      Reader in(all4.data() + std::size_t(r) * m4.size());
+      for (std::int32_t b = 0; b < B; ++b) {
+        const DrawSlice ds = in.get<DrawSlice>();
+        DrawSlice& t = merged[b];
+        t.residual.merge(ds.residual);
+        t.target.merge(ds.target);
+        t.residual_bound = std::max(t.residual_bound, ds.residual_bound);
+        t.target_bound = std::max(t.target_bound, ds.target_bound);
+        t.ok = t.ok && ds.ok;
+        if (ds.bad.token >= 0 && t.bad.token < 0) t.bad = ds.bad;
+      }
+    }
+    // Phase 5: rows whose bound leaves the domain, summed again at the whole row's scale; every
+    // rank's sums at the final scale are kept (phase 6 finds the slice holding the crossing).
+    const std::int64_t V = batch_.vocab_size;
+    std::vector<double> scale(std::size_t(2) * B, 1.0);
+    Message m5;
+    for (std::int32_t b = 0; b < B; ++b) {
+      const PendingDraw& pd = pending_[b];
+      for (int k = 0; k < 2; ++k) {
+        const double bound = k == 0 ? merged[b].residual_bound : merged[b].target_bound;
+        core::FixedSum total = k == 0 ? merged[b].residual : merged[b].target;
+        core::FixedSum mine;
+        if (pd.active && merged[b].ok && (k == 1 || pd.residual) && !core::fixed_in_domain(bound, V)) {
+          scale[2 * b + k] = core::fixed_scale(bound, V);
+          if (size_ > 0) slice_sums(weights(pd, k == 0), scale[2 * b + k], sums[2 * b + k]);
+        }
+        (void)total;
+        mine = size_ > 0 && pd.active ? sums[2 * b + k].total : core::FixedSum{};
+        m5.put(mine);
+      }
+    }
+    const auto all5 = gather(comm_, m5, ranks());
+    const auto slice_total = [&](std::int32_t r, std::int32_t b, int k) {
+      core::FixedSum t;
+      std::memcpy(&t, all5.data() + std::size_t(r) * m5.size() + (std::size_t(2) * b + k) * sizeof(core::FixedSum),
+                  sizeof t);
+      return t;
+    };
+    // Phase 6: the rank whose slice holds the crossing draws, and sends the token and its p.
+    struct Drawn {
+      std::int32_t token = -1;
+      float p = 0.0f;
+    };
+    std::vector<int> kind(static_cast<std::size_t>(B), -1);
+    Message m6;
+    for (std::int32_t b = 0; b < B; ++b) {
+      const PendingDraw& pd = pending_[b];
+      Drawn drawn;
+      if (pd.active && merged[b].ok) {
+        core::FixedSum totals[2];
+        for (std::int32_t r = 0; r < ranks(); ++r) {
+          for (int k = 0; k < 2; ++k) totals[k].merge(slice_total(r, b, k));
+        }
+        const int k = pd.residual && totals[0].positive() ? 0 : 1;
+        if (totals[k].positive()) {
+          kind[b] = k;
+          const double threshold = static_cast<double>(pd.u) * totals[k].value();
+          core::FixedSum before;
+          std::int32_t owner = -1;
+          for (std::int32_t r = 0; r < ranks() && owner < 0; ++r) {
+            core::FixedSum through = before;
+            through.merge(slice_total(r, b, k));
+            if (through.value() > threshold) {
+              owner = r;
+            } else {
+              before = through;
+            }
+          }
+          if (owner == batch_.shard.rank) {
+            const Weights w = weights(pd, k == 0);
+            WeightsPass<Arch> pass{w};
+            const auto vec = [&](std::int32_t i, auto& lo, auto& hi) { pass(i, lo, hi); };
+            const auto one = [&](std::int32_t i) { return pass(i); };
+            const std::int32_t i = locate<Arch>(vec, one, size_, scale[2 * b + k], sums[2 * b + k], before, threshold);
+            if (i >= 0) drawn = {start_ + i, w.p[i]};
+          }
+        }
+      }
+      m6.put(drawn);
+    }
+    const auto all6 = gather(comm_, m6, ranks());
+    for (std::int32_t b = 0; b < B; ++b) {
+      const PendingDraw& pd = pending_[b];
+      if (!pd.active) continue;
+      core::WalkResult& r = results_[b];
+      if (!merged[b].ok) {
+        r.fault = core::Fault{core::FaultKind::bad_value, pd.depth, pd.node, pd.p_row, pd.q_row,
+                              merged[b].bad.token, merged[b].bad.value};
+        continue;
+      }
+      Drawn drawn;
+      for (std::int32_t rk = 0; rk < ranks(); ++rk) {
+        Drawn d;
+        std::memcpy(&d, all6.data() + std::size_t(rk) * m6.size() + std::size_t(b) * sizeof(Drawn), sizeof d);
+        if (d.token >= 0 && drawn.token < 0) drawn = d;
+      }
+      if (kind[b] < 0 || drawn.token < 0) {
+        r.fault = core::Fault{core::FaultKind::target_no_mass, pd.depth, pd.node, pd.p_row, -1};
+        continue;
+      }
+      r.extra = drawn.token;
+      if (float* s = stage(staged, out, b)) s[pd.depth] = static_cast<float>(::log(static_cast<double>(drawn.p)));
+    }
+  }
+
+  std::int32_t ranks() const { return std::max(1, batch_.shard.ranks); }
+
+  const Rule& rule_;
+  const ChainBatch<float>& batch_;
+  const Randomness& randomness_;
+  const Comm& comm_;
+  core::ChainLayout layout_;
+  std::vector<Header> headers_;
+  std::int32_t start_ = 0, size_ = 0;
+  bool has_q_ = false;
+  std::vector<Node> nodes_;
+  std::vector<core::WalkResult> results_;
+  std::vector<PendingDraw> pending_;
+};
+
+}  // namespace cpu::shard
+
+/// Verifies this rank's slice of a sharded chain batch (API.md "Sharded vocabulary"): every rank
+/// passes its slice (batch.shard) and otherwise the same arguments, and gets the outputs the
+/// unsharded verify gives on the whole rows. `comm` is any type with
+/// `void all_gather(const void* send, std::size_t bytes, void* recv) const` (recv: ranks * bytes in
+/// rank order), e.g. ThreadGroup::Communicator (thread_communicator.hpp) or MpiCommunicator (mpi.hpp).
+///
+///   specverify::ChainBatch<float> batch{B, V, offsets, drafts, p_slice, q_slice};
+///   batch.shard = {rank, ranks, vocab_start, local_vocab_size};
+///   auto stats = specverify::verify(specverify::Standard{}, batch, {seed, step}, out, comm);
+template <class Rule, class Comm,
+          class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
+VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
+                   const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
+  static_assert(rule_traits<Rule>::joint == Joint::none,
+                "the sharded verify covers rules that test draft by draft so far (not Block or Traversal)");
+  cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm> v(rule, batch, randomness, comm);
+  v.agree(out, options);
+  if (batch.batch_size == 0) return {};
+  return v.run(out);
+}
+
+}  // namespace specverify

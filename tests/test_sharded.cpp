@@ -1,0 +1,198 @@
+// The sharded verify (API.md "Sharded vocabulary") against the unsharded one: every rank's
+// outputs bit for bit those of verify() on the whole rows, for ranks 1 to 8 with uneven and empty
+// slices; a fixed number of all_gather calls whose bytes do not depend on the data or on V; bad
+// input in one rank's slice reported by every rank alike.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "specverify/specverify.hpp"
+#include "specverify/thread_communicator.hpp"
+#include "support/sharded_chains.hpp"
+
+namespace sv = specverify;
+
+namespace {
+
+using namespace specverify::testing::sharded;
+
+/// Runs every rank on its own thread; returns each rank's outcome.
+template <class Rule>
+std::vector<Outcome> sharded(const Rule& rule, const Chains& c, const sv::Randomness& r, bool one_hot,
+                             const std::vector<std::int32_t>& bounds, bool views, sv::ThreadGroup& group) {
+  const std::int32_t ranks = static_cast<std::int32_t>(bounds.size()) - 1;
+  std::vector<Outcome> outcomes(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<float>> p(ranks), q(ranks);
+  std::vector<std::thread> threads;
+  for (std::int32_t k = 0; k < ranks; ++k) {
+    const std::int32_t start = bounds[k], size = bounds[k + 1] - bounds[k];
+    sv::ChainBatch<float> batch{c.B, c.V, c.offsets.data(), c.tokens.data(), nullptr, nullptr};
+    batch.shard = {k, ranks, start, size};
+    if (views) {
+      batch.target_probs = c.p.data() + start;
+      batch.draft_probs = one_hot ? nullptr : c.q.data() + start;
+      batch.target_stride = batch.draft_stride = c.V;
+    } else if (size > 0) {  // an empty slice passes null rows
+      p[k] = slice_rows(c.p, c.V, start, size);
+      q[k] = slice_rows(c.q, c.V, start, size);
+      batch.target_probs = p[k].data();
+      // Without drafts q has no rows, but a rank that has draft rows says so with a pointer.
+      if (!one_hot) batch.draft_probs = q[k].empty() ? p[k].data() : q[k].data();
+    }
+    threads.emplace_back([&, batch, k] {
+      outcomes[k] = capture(c, [&](const sv::ChainOutput& out) {
+        return sv::verify(rule, batch, r, out, group.communicator(k));
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
+template <class Rule>
+void expect_same(const std::string& name, const Rule& rule, const Chains& c, std::mt19937_64& rng) {
+  for (const bool one_hot : {false, true}) {
+    for (const bool per_sequence : {false, true}) {
+      const sv::Randomness r = randomness(c, per_sequence);
+      const Outcome whole = unsharded(rule, c, r, one_hot);
+      for (std::int32_t ranks = 1; ranks <= 8; ranks += (ranks < 4 ? 1 : 4)) {
+        const auto bounds = random_bounds(c.V, ranks, rng);
+        sv::ThreadGroup group(ranks);
+        const bool views = rng() % 2 == 0;
+        const auto outcomes = sharded(rule, c, r, one_hot, bounds, views, group);
+        for (std::int32_t k = 0; k < ranks; ++k) {
+          ASSERT_TRUE(outcomes[k] == whole)
+              << name << (one_hot ? " one-hot" : "") << (per_sequence ? " per-sequence seeds" : "") << ": rank " << k
+              << " of " << ranks << (views ? " (views)" : " (copies)") << " differs from the unsharded verify"
+              << (outcomes[k].error.empty() ? "" : ": " + outcomes[k].error)
+              << (whole.error.empty() ? "" : " (unsharded: " + whole.error + ")");
+        }
+      }
+    }
+  }
+}
+
+TEST(Sharded, MatchesUnshardedForEveryRuleAndSplit) {
+  std::mt19937_64 rng(7);
+  for (const Rows kind : {Rows::normalised, Rows::unnormalised_large, Rows::tiny, Rows::peaked}) {
+    for (const std::int32_t V : {1, 7, 300}) {
+      const Chains c = make_chains(5, V, 4, kind, 100 + V + 1000 * static_cast<int>(kind));
+      every_rule(c, [&](const std::string& name, const auto& rule) {
+        expect_same(name + " V=" + std::to_string(V) + " rows " + std::to_string(static_cast<int>(kind)), rule, c, rng);
+      });
+    }
+  }
+}
+
+TEST(Sharded, MatchesUnshardedOnLargeRows) {
+  std::mt19937_64 rng(8);
+  const Chains c = make_chains(3, 40000, 5, Rows::normalised, 9);
+  expect_same("standard V=40000", sv::Standard{}, c, rng);
+  expect_same("fsd js V=40000", sv::Fsd{sv::Divergence::js, 0.4f}, c, rng);
+  expect_same("coupled V=40000", sv::Coupled{}, c, rng);
+}
+
+/// The calls and bytes a rank makes, for a shape: the same for any data, and per row the same
+/// for any V.
+TEST(Sharded, CollectivesDependOnTheShapeAlone) {
+  const auto count = [](const Chains& c, auto rule, std::int64_t& calls, std::int64_t& bytes) {
+    sv::ThreadGroup group(3);
+    sharded(rule, c, randomness(c, false), false, {0, c.V / 3, c.V / 2, c.V}, false, group);
+    calls = group.calls();
+    bytes = group.bytes_per_rank();
+  };
+  const sv::Fsd fsd{sv::Divergence::js, 0.4f};
+  for (const auto kind : {Rows::normalised, Rows::unnormalised_large, Rows::tiny}) {
+    // The same seed gives the same drafts' shape; the rows and tokens differ.
+    std::int64_t calls_a, bytes_a, calls_b, bytes_b, calls_c, bytes_c;
+    count(make_chains(4, 4096, 5, kind, 1), fsd, calls_a, bytes_a);
+    count(make_chains(4, 4096, 5, Rows::peaked, 1), fsd, calls_b, bytes_b);
+    count(make_chains(4, 65536, 5, kind, 1), fsd, calls_c, bytes_c);
+    EXPECT_EQ(calls_a, 6);  // shard, rows, rescaled statistics, draw sums, rescaled sums, tokens
+    EXPECT_EQ(calls_a, calls_b);
+    EXPECT_EQ(bytes_a, bytes_b);
+    EXPECT_EQ(calls_a, calls_c);
+    EXPECT_EQ(bytes_a, bytes_c);
+  }
+  std::int64_t calls, bytes;
+  const Chains c = make_chains(4, 4096, 5, Rows::normalised, 1);
+  count(c, sv::Standard{}, calls, bytes);
+  EXPECT_EQ(calls, 5);  // no statistics: no rescaled ones
+}
+
+/// A fault in one rank's slice: every rank throws the same invalid_input, the unsharded verify's
+/// wording, and no output changes.
+TEST(Sharded, EveryRankReportsABadValueInOneSlice) {
+  std::mt19937_64 rng(3);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f}) {
+    Chains c = make_chains(3, 64, 3, Rows::normalised, 5);
+    // Every sequence's first row bad at token 50 (held by the last rank): the unsharded verify reads
+    // it in its residual draw or at the draft.
+    for (std::int32_t b = 0; b < c.B; ++b) c.p[static_cast<std::size_t>(c.offsets[b] + b) * c.V + 50] = bad;
+    c.tokens.assign(c.tokens.size(), 50);
+    const sv::Randomness r = randomness(c, false);
+    const Outcome whole = unsharded(sv::Standard{}, c, r, false);
+    ASSERT_FALSE(whole.error.empty());
+    sv::ThreadGroup group(4);
+    const auto outcomes = sharded(sv::Standard{}, c, r, false, {0, 10, 30, 30, 64}, false, group);
+    for (const Outcome& o : outcomes) {
+      EXPECT_EQ(o.error, whole.error);
+      EXPECT_EQ(o.tokens, std::vector<std::int32_t>(o.tokens.size(), -7)) << "an output changed";
+    }
+  }
+}
+
+TEST(Sharded, EveryRankReportsABadSplitOrInput) {
+  const Chains c = make_chains(2, 50, 2, Rows::normalised, 4);
+  const sv::Randomness r = randomness(c, false);
+  const auto errors = [&](const std::vector<std::int32_t>& bounds, std::function<void(std::int32_t, sv::ChainBatch<float>&)> edit) {
+    const std::int32_t ranks = static_cast<std::int32_t>(bounds.size()) - 1;
+    sv::ThreadGroup group(ranks);
+    std::vector<std::string> out(static_cast<std::size_t>(ranks));
+    std::vector<std::thread> threads;
+    for (std::int32_t k = 0; k < ranks; ++k) {
+      threads.emplace_back([&, k] {
+        sv::ChainBatch<float> batch{c.B, c.V, c.offsets.data(), c.tokens.data(), c.p.data() + bounds[k],
+                                    c.q.data() + bounds[k]};
+        batch.target_stride = batch.draft_stride = c.V;
+        batch.shard = {k, ranks, bounds[k], bounds[k + 1] - bounds[k]};
+        edit(k, batch);
+        out[k] = capture(c, [&](const sv::ChainOutput& o) { return sv::verify(sv::Standard{}, batch, r, o, group.communicator(k)); }).error;
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  };
+  const auto all_same = [](const std::vector<std::string>& e, const char* needle) {
+    for (const std::string& s : e) {
+      EXPECT_EQ(s, e[0]);
+      EXPECT_NE(s.find(needle), std::string::npos) << s;
+    }
+  };
+  all_same(errors({0, 20, 45}, [](std::int32_t, sv::ChainBatch<float>&) {}), "cover [0, 45)");
+  all_same(errors({0, 20, 50}, [](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 1) b.shard = {1, 2, 21, 29}; }),
+           "rank order");
+  all_same(errors({0, 20, 50}, [](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 1) b.target_stride = 5; }),
+           "target_stride");
+  all_same(errors({0, 20, 50}, [](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 0) b.vocab_size = 49; }), "");
+  std::vector<std::int32_t> other_tokens(c.tokens.size(), 3);
+  all_same(errors({0, 20, 50}, [&](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 1) b.draft_tokens = other_tokens.data(); }),
+           "same");
+  all_same(errors({0, 20, 50}, [](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 1) b.draft_offsets = nullptr; }),
+           "draft_offsets");
+}
+
+TEST(Sharded, TheUnshardedVerifyRefusesASlice) {
+  const Chains c = make_chains(1, 10, 1, Rows::normalised, 4);
+  sv::ChainBatch<float> batch{c.B, c.V, c.offsets.data(), c.tokens.data(), c.p.data(), c.q.data()};
+  batch.shard = {0, 2, 0, 5};
+  const Outcome o = capture(c, [&](const sv::ChainOutput& out) { return sv::verify(sv::Standard{}, batch, randomness(c, false), out); });
+  EXPECT_NE(o.error.find("needs verify(rule, batch, randomness, out, comm)"), std::string::npos) << o.error;
+}
+
+}  // namespace
