@@ -180,6 +180,9 @@ TEST(Sharded, EveryRankReportsABadSplitOrInput) {
   all_same(errors({0, 20, 50}, [](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 1) b.target_stride = 5; }),
            "target_stride");
   all_same(errors({0, 20, 50}, [](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 0) b.vocab_size = 49; }), "");
+  std::vector<std::int32_t> bad_tokens(c.tokens.size(), c.V + 4);  // every rank's drafts, out of range
+  all_same(errors({0, 20, 50}, [&](std::int32_t, sv::ChainBatch<float>& b) { b.draft_tokens = bad_tokens.data(); }),
+           "54");
   std::vector<std::int32_t> other_tokens(c.tokens.size(), 3);
   all_same(errors({0, 20, 50}, [&](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 1) b.draft_tokens = other_tokens.data(); }),
            "same");

@@ -1,0 +1,133 @@
+// libFuzzer target: the sharded verify against the unsharded one on whatever bytes come in.
+//
+// The input decodes into a chain batch (B, V, ragged drafts, tokens, one-hot or not, rows drawn
+// from a palette of ordinary, edge and invalid values: NaN, inf, negative, subnormal, huge and tiny),
+// a rule, and a split of [0, V) over 1 to 5 ranks (uneven, empty slices allowed), each rank's rows
+// copied to their own buffers sized exactly to the slice, so ASan sees any read past them. Ranks run
+// as threads over a ThreadGroup. The invariants (API.md "Sharded vocabulary"): every rank returns
+// or throws the same; where the unsharded verify succeeds on input every pass of the sharded one
+// reads as valid, the outputs are bit for bit the unsharded ones; where either throws, no output
+// changed.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "specverify/specverify.hpp"
+#include "specverify/thread_communicator.hpp"
+
+namespace {
+
+using namespace specverify;
+
+void check_at(int line, bool ok) {
+  if (ok) return;
+  std::fprintf(stderr, "fuzz_sharded.cpp:%d: invariant broken\n", line);
+  std::abort();
+}
+#define CHECK(...) check_at(__LINE__, __VA_ARGS__)
+
+float edge_value(FuzzedDataProvider& in) {
+  static const float values[] = {0.0f, -0.0f, 1.0f, 0.5f, 1e-3f, FLT_MIN, 0x1p-149f, FLT_MAX, 1e30f, 3000.0f,
+                                 1e-12f, 2.0f, std::numeric_limits<float>::quiet_NaN(),
+                                 std::numeric_limits<float>::infinity(), -1.0f};
+  const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();
+  if (pick < 200) return static_cast<float>(pick) / 199.0f;
+  return values[pick % (sizeof values / sizeof *values)];
+}
+
+struct Result {
+  std::vector<std::int32_t> tokens, accepted;
+  std::vector<float> logprobs;
+  VerifyStats stats{};
+  std::string error;
+  bool same(const Result& o) const {
+    return tokens == o.tokens && accepted == o.accepted &&
+           std::memcmp(logprobs.data(), o.logprobs.data(), logprobs.size() * sizeof(float)) == 0 &&
+           std::memcmp(&stats, &o.stats, sizeof stats) == 0 && error == o.error;
+  }
+};
+
+template <class Rule>
+void run(const Rule& rule, FuzzedDataProvider& in) {
+  const std::int32_t B = in.ConsumeIntegralInRange<std::int32_t>(1, 4);
+  const std::int32_t V = in.ConsumeIntegralInRange<std::int32_t>(1, 70);
+  const std::int32_t K = in.ConsumeIntegralInRange<std::int32_t>(0, 4);
+  const bool one_hot = in.ConsumeBool();
+  std::vector<std::int32_t> offsets{0};
+  for (std::int32_t b = 0; b < B; ++b) offsets.push_back(offsets.back() + in.ConsumeIntegralInRange<std::int32_t>(0, K));
+  const std::int32_t N = offsets.back();
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(N));
+  for (auto& t : tokens) t = in.ConsumeIntegralInRange<std::int32_t>(0, V - 1);
+  std::vector<float> p(static_cast<std::size_t>(N + B) * V), q(static_cast<std::size_t>(N) * V);
+  for (auto& v : p) v = edge_value(in);
+  for (auto& v : q) v = edge_value(in);
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(B));
+  for (auto& x : positions) x = in.ConsumeIntegral<std::uint16_t>();
+  const std::int32_t ranks = in.ConsumeIntegralInRange<std::int32_t>(1, 5);
+  std::vector<std::int32_t> cuts{0, V};
+  for (std::int32_t r = 1; r < ranks; ++r) cuts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V));
+  std::sort(cuts.begin(), cuts.end());
+  Randomness randomness{in.ConsumeIntegral<std::uint64_t>(), in.ConsumeIntegral<std::uint32_t>()};
+  randomness.positions = positions.data();
+
+  const auto capture = [&](auto verify_one) {
+    Result r;
+    r.tokens.assign(static_cast<std::size_t>(B) * (K + 1), -7);
+    r.accepted.assign(static_cast<std::size_t>(B), -7);
+    r.logprobs.assign(r.tokens.size(), 0.5f);
+    try {
+      r.stats = verify_one(ChainOutput{r.tokens.data(), K + 1, r.accepted.data(), r.logprobs.data()});
+    } catch (const invalid_input& e) {
+      r.error = e.what();
+      CHECK(r.tokens == std::vector<std::int32_t>(r.tokens.size(), -7));
+      CHECK(r.accepted == std::vector<std::int32_t>(r.accepted.size(), -7));
+    }
+    return r;
+  };
+  const ChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), p.data(), one_hot ? nullptr : q.data()};
+  const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
+
+  ThreadGroup group(ranks);
+  std::vector<Result> results(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<float>> ps(static_cast<std::size_t>(ranks)), qs(static_cast<std::size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (std::int32_t k = 0; k < ranks; ++k) {
+    const std::int32_t start = cuts[k], size = cuts[k + 1] - cuts[k];
+    for (std::int32_t row = 0; row < N + B; ++row) ps[k].insert(ps[k].end(), &p[std::size_t(row) * V + start], &p[std::size_t(row) * V + start + size]);
+    for (std::int32_t row = 0; row < N; ++row) qs[k].insert(qs[k].end(), &q[std::size_t(row) * V + start], &q[std::size_t(row) * V + start + size]);
+    ChainBatch<float> batch{B, V, offsets.data(), tokens.data(), size ? ps[k].data() : nullptr, nullptr};
+    if (!one_hot && size) batch.draft_probs = qs[k].empty() ? ps[k].data() : qs[k].data();
+    batch.shard = {k, ranks, start, size};
+    threads.emplace_back([&, batch, k] {
+      results[k] = capture([&](const ChainOutput& out) { return verify(rule, batch, randomness, out, group.communicator(k)); });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Result& r : results) CHECK(r.same(results[0]));
+  // The sharded verify may read rows the unsharded one does not (and so refuse them); on input it
+  // accepts, the unsharded verify accepts it too, with the same outputs.
+  if (results[0].error.empty()) CHECK(results[0].same(whole));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider in(data, size);
+  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+    case 0: run(Standard{}, in); break;
+    case 1: run(Greedy{}, in); break;
+    case 2: run(Ears{0.3f}, in); break;
+    case 3: run(Fsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
+    case 4: run(ReducibleFsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
+    default: run(Coupled{}, in); break;
+  }
+  return 0;
+}
