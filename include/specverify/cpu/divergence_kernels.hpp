@@ -381,17 +381,28 @@ namespace detail {
 
 /// Calls fn(term, swapped) with divergence d's term (swapped: the term reads q as p, KL(q||p)),
 /// setting the factor D = factor * sum; 0 and fn's default for a value that is not a Divergence.
+/// D = factor * sum t for divergence d's term; 0 for a value that is not a Divergence.
+inline double divergence_factor(Divergence d) {
+  switch (d) {
+    case Divergence::kl_target_draft:
+    case Divergence::kl_draft_target: return 1.0;
+    case Divergence::js:
+    case Divergence::tv: return 0.5;
+    case Divergence::js_fsd: return 0.25;
+  }
+  return 0.0;
+}
+
 template <class Fn>
 auto with_divergence_term(Divergence d, double& factor, Fn fn) -> decltype(fn(TvTerm{}, false)) {
-  factor = 1.0;
+  factor = divergence_factor(d);
   switch (d) {
     case Divergence::kl_target_draft: return fn(KlTerm{}, false);
     case Divergence::kl_draft_target: return fn(KlTerm{}, true);
-    case Divergence::js: factor = 0.5; return fn(JsTerm{}, false);
-    case Divergence::js_fsd: factor = 0.25; return fn(JsFsdTerm{}, false);
-    case Divergence::tv: factor = 0.5; return fn(TvTerm{}, false);
+    case Divergence::js: return fn(JsTerm{}, false);
+    case Divergence::js_fsd: return fn(JsFsdTerm{}, false);
+    case Divergence::tv: return fn(TvTerm{}, false);
   }
-  factor = 0.0;
   return {};
 }
 

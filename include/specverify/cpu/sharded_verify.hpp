@@ -254,8 +254,7 @@ struct Rows {
   Checked<float> divergence(Divergence d, const RowRef& p, const RowRef* q, std::int32_t x) const {
     const Node& n = at(p);
     if (q) {
-      double factor;
-      detail::with_divergence_term(d, factor, [](auto, bool) { return 0; });
+      const double factor = detail::divergence_factor(d);
       if (!n.divergence.ok || factor == 0.0) return {std::numeric_limits<float>::quiet_NaN(), false};
       return detail::scaled(n.divergence, factor);
     }
@@ -389,7 +388,7 @@ class ChainVerify {
     const std::int64_t slots = std::int64_t{batch_.draft_offsets[B]} + B;
     rows_phase(slots);
     const RowStats need = traits::stats(rule_);
-    if (need.entropy || need.divergence) rescale_phase(slots);
+    if (need.entropy || need.divergence) rescale_phase();
 
     const core::OutputRows out = core::OutputRows::of(output);
     std::vector<float> staged(out.logprobs ? std::size_t(B) * std::size_t(out.row_width) : 0);
@@ -471,11 +470,10 @@ class ChainVerify {
     const std::int32_t n = std::max(0, hi - lo);
     if (!q) return detail::sum_terms_at<Arch>(p + lo, nullptr, n, detail::MassTerm{}, scale);
     double factor;
-    detail::TermSum t = detail::with_divergence_term(traits::stats(rule_).kind, factor, [&](auto term, bool swapped) {
+    return detail::with_divergence_term(traits::stats(rule_).kind, factor, [&](auto term, bool swapped) {
       return swapped ? detail::sum_terms_at<Arch>(q + lo, p + lo, n, term, scale)
                      : detail::sum_terms_at<Arch>(p + lo, q + lo, n, term, scale);
     });
-    return t;
   }
   /// The two parts of a one-hot divergence around x, as local ranges: [0, x) and (x, V).
   std::pair<std::int32_t, std::int32_t> before_x(std::int32_t x) const {
@@ -589,7 +587,7 @@ class ChainVerify {
 
   /// Phase 3: the statistics whose largest term leaves FixedSum's domain at scale 1, summed again
   /// at the scale the whole row's largest term gives (as cpu::detail::sum_terms).
-  void rescale_phase(std::int64_t) {
+  void rescale_phase() {
     const RowStats need = traits::stats(rule_);
     const std::int64_t V = batch_.vocab_size;
     // The row length each sum covers: the row, or a one-hot divergence's parts around x.
@@ -666,7 +664,7 @@ class ChainVerify {
     const std::int64_t base = layout_.target_row(b, -1);
     const std::int32_t limit = traits::cut(rule_, layout_.first(b), layout_.count(b));
     if (r.fault.kind == core::FaultKind::bad_value && r.fault.column < 0) {
-      name(r.fault, nodes_[static_cast<std::size_t>(r.fault.target_row >= 0 ? r.fault.target_row : base)]);
+      name(r.fault, nodes_[static_cast<std::size_t>(base + r.fault.position)]);
     }
     if (r.fault.kind != core::FaultKind::none) {
       pd.active = false;
@@ -709,10 +707,8 @@ class ChainVerify {
 
   /// This slice's chunk sums of a draw's weights at `scale`, and the bound of the slice.
   Checked<double> slice_sums(const Weights& w, double scale, ChunkSums& sums) const {
-    WeightsPass<Arch> pass{w};
-    const auto vec = [&](std::int32_t i, auto& lo, auto& hi) { pass(i, lo, hi); };
-    const auto one = [&](std::int32_t i) { return pass(i); };
-    sum_chunks<Arch>(vec, one, w.n, scale, sums);
+    WeightsPass<Arch> pass{w};  // both the vectors' and the one weight's functor
+    sum_chunks<Arch>(pass, pass, w.n, scale, sums);
     return pass.check();
   }
 
@@ -765,15 +761,11 @@ class ChainVerify {
       const PendingDraw& pd = pending_[b];
       for (int k = 0; k < 2; ++k) {
         const double bound = k == 0 ? merged[b].residual_bound : merged[b].target_bound;
-        core::FixedSum total = k == 0 ? merged[b].residual : merged[b].target;
-        core::FixedSum mine;
         if (pd.active && merged[b].ok && (k == 1 || pd.residual) && !core::fixed_in_domain(bound, V)) {
           scale[2 * b + k] = core::fixed_scale(bound, V);
           if (size_ > 0) slice_sums(weights(pd, k == 0), scale[2 * b + k], sums[2 * b + k]);
         }
-        (void)total;
-        mine = size_ > 0 && pd.active ? sums[2 * b + k].total : core::FixedSum{};
-        m5.put(mine);
+        m5.put(size_ > 0 && pd.active ? sums[2 * b + k].total : core::FixedSum{});
       }
     }
     const auto all5 = gather(comm_, m5, ranks());
@@ -816,9 +808,7 @@ class ChainVerify {
           if (owner == batch_.shard.rank) {
             const Weights w = weights(pd, k == 0);
             WeightsPass<Arch> pass{w};
-            const auto vec = [&](std::int32_t i, auto& lo, auto& hi) { pass(i, lo, hi); };
-            const auto one = [&](std::int32_t i) { return pass(i); };
-            const std::int32_t i = locate<Arch>(vec, one, size_, scale[2 * b + k], sums[2 * b + k], before, threshold);
+            const std::int32_t i = locate<Arch>(pass, pass, size_, scale[2 * b + k], sums[2 * b + k], before, threshold);
             if (i >= 0) drawn = {start_ + i, w.p[i]};
           }
         }
