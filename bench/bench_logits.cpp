@@ -15,6 +15,9 @@
 // bias entries per sequence) over Verify/penalties_baseline/temperature/rejected (goal <= 1.15x),
 // and EnginePenalised (dense [rows, V] counts, penalties on every row, softmax, verify) over it:
 //   build/release/bench/bench_logits --benchmark_filter='penalties_baseline|Penalised'
+// B = 1 (issue 21): VerifyOne/temperature/rejected/threads:2 over threads:1 (goal <= 0.6x: the
+// rows split over the row team), next to ReadPassOne, the read of the same two rows:
+//   build/release/bench/bench_logits --benchmark_filter='One' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 #include <xsimd/xsimd.hpp>
 
@@ -222,6 +225,43 @@ void Verify(benchmark::State& state, SamplingParams params, bool accepted) {
   set_bytes(state, accepted);
 }
 
+/// B = 1 (issue 21): sequence b alone, b cycling over the 64 so that each call reads its rows
+/// from memory, as an engine's freshly written logits are; `threads` = state.range(0) (1: one
+/// thread; more: the rows split over the row team).
+LogitsChainBatch<float> sequence(const LogitsChainBatch<float>& all, std::int32_t b) {
+  LogitsChainBatch<float> one = all;
+  one.batch_size = 1;
+  one.draft_tokens = all.draft_tokens + b * kK;
+  one.target_logits = all.target_logits + at(target_row(b, 0));
+  one.draft_logits = all.draft_logits + at(draft_row(b, 0));
+  return one;
+}
+
+void ReadPassOne(benchmark::State& state) {
+  const Logits& l = logits();
+  std::int32_t b = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(read_pass(&l.target[at(target_row(b, 0))], kV) +
+                             read_pass(&l.rejecting_draft[at(draft_row(b, 0))], kV));
+    b = (b + 1) % kB;
+  }
+  state.SetBytesProcessed(state.iterations() * read_bytes(false) / kB);
+}
+
+void VerifyOne(benchmark::State& state, SamplingParams params) {
+  Path path(false, params);
+  const LogitsChainBatch<float> all = path.batch();
+  const CpuOptions options{static_cast<std::int32_t>(state.range(0))};
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const VerifyStats stats = verify(Standard{}, sequence(all, static_cast<std::int32_t>(step % kB)),
+                                     Randomness{1, step}, path.output(), options);
+    ++step;
+    if (stats.accepted != 0) state.SkipWithError("not the rejected path");
+  }
+  state.SetBytesProcessed(state.iterations() * read_bytes(false) / kB);
+}
+
 /// An engine's softmax with sampling parameters into a probability row: temperature (exp
 /// vectorised), then top-k and top-p on a full sort of the row (as PyTorch samplers do; ties at
 /// the k-th value kept), then normalise.
@@ -416,6 +456,8 @@ BENCHMARK_CAPTURE(VerifyPenalised, temperature/rejected, kTemperature, false)->U
 BENCHMARK_CAPTURE(EnginePenalised, temperature/rejected, kTemperature, false)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 BENCHMARK_CAPTURE(ReadPass, rejected, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK(ReadPassOne)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(VerifyOne, temperature/rejected, kTemperature)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, top_k_top_p/rejected, kTopKTopP, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(ReadPass, accepted, true)->Unit(benchmark::kMicrosecond);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <thread>
@@ -78,12 +79,13 @@ Job job(const Rule& rule, const Inputs& in, Randomness r) {
 }
 
 TEST(Concurrency, ThreadsCallingVerifyAtOnceMatchSerialCalls) {
-  // Small batches (one internal thread each) and one large enough for verify's own threads.
-  const Inputs small = make_inputs(24, 64, 1), large = make_inputs(48, 32768, 2);
+  // Small batches (one internal thread each), one large enough for verify's own threads, and one
+  // of two sequences whose rows split over the row team (which one call holds at a time).
+  const Inputs small = make_inputs(24, 64, 1), large = make_inputs(48, 32768, 2), split = make_inputs(2, 65536, 3);
   Randomness seeded{5, 9};
   Randomness per_sequence{5, 9, small.seeds.data()};
   std::vector<Job> jobs;
-  for (const Inputs* in : {&small, &large}) {
+  for (const Inputs* in : {&small, &large, &split}) {
     jobs.push_back(job(Standard{}, *in, seeded));
     jobs.push_back(job(Greedy{}, *in, seeded));
     jobs.push_back(job(Ears{0.4f}, *in, seeded));
@@ -124,6 +126,27 @@ TEST(Concurrency, ThreadsCallingVerifyAtOnceMatchSerialCalls) {
     EXPECT_EQ(calls[t], 3 * static_cast<int>(jobs.size())) << "thread " << t;
     EXPECT_EQ(mismatches[t], 0) << "thread " << t;
   }
+}
+
+TEST(Concurrency, TheRowTeamRunsEveryPartOnce) {
+  // Each part writes its own plain int: a part run twice, or a write the caller does not see
+  // when run() returns, shows in the counts (and to ThreadSanitizer as a race).
+  const cpu::TeamLease lease(cpu::RowTeam::instance());
+  ASSERT_NE(lease.team(), nullptr);
+  std::vector<int> counts(64, 0);
+  int expected = 0;
+  for (int task = 0; task < 3000; ++task) {
+    const std::int32_t parts = 1 + task % 37;
+    lease.team()->run(parts, [&](std::int32_t part) { ++counts[static_cast<std::size_t>(part)]; });
+    for (std::int32_t part = 0; part < parts; ++part) {
+      if (counts[static_cast<std::size_t>(part)] != expected + 1) FAIL() << "task " << task << " part " << part;
+    }
+    for (std::int32_t part = parts; part < 64; ++part) counts[static_cast<std::size_t>(part)] = expected + 1;
+    ++expected;
+    if (task % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let the workers sleep
+  }
+  const cpu::TeamLease second(cpu::RowTeam::instance());
+  EXPECT_EQ(second.team(), nullptr) << "one call holds the team at a time";
 }
 
 TEST(Concurrency, SharedHeadsEvaluateAtOnce) {

@@ -1,6 +1,13 @@
 // Reproducibility: same inputs give the same tokens; per-sequence seeds make a sequence's tokens
-// independent of its batch; thread count does not matter; a new offset gives new draws.
+// independent of its batch; thread count does not matter, for a batch spread over threads or a
+// small batch's rows split over them (cpu/split_row.hpp); a new offset gives new draws.
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "support.hpp"
 
@@ -86,5 +93,296 @@ TEST(Determinism, PerSequenceSeedsMakeASequenceBatchInvariant) {
   }
 }
 
+// ---------------------------------------------------------------- rows split over the row team
+
+std::uint32_t bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+/// A probability row of n with its mass in a few clumps placed across part boundaries, zeros
+/// elsewhere (so the crossing lands near a boundary for some u), and optionally unnormalised
+/// values up to 2^12 (the draw's rescaled sums).
+std::vector<float> clumped_row(std::int32_t n, std::mt19937_64& rng, float scale) {
+  std::vector<float> p(static_cast<std::size_t>(n), 0.0f);
+  std::uniform_int_distribution<std::int32_t> at(0, n - 1);
+  std::uniform_real_distribution<float> value(0.0f, 1.0f);
+  for (std::int32_t c = 0; c < 12; ++c) {
+    const std::int32_t start = at(rng);
+    for (std::int32_t i = start; i < std::min(n, start + 200); ++i) p[std::size_t(i)] = scale * value(rng);
+  }
+  for (std::int32_t i = 0; i < n; i += 997) p[std::size_t(i)] = scale * value(rng) * 1e-3f;
+  return p;
+}
+
+TEST(SplitRows, DrawsMatchTheUnsplitRowForAnyNumberOfParts) {
+  const cpu::TeamLease lease(cpu::RowTeam::instance());
+  ASSERT_NE(lease.team(), nullptr);
+  cpu::RowTeam& team = *lease.team();
+  std::mt19937_64 rng(11);
+  std::int64_t draws = 0;
+  for (const std::int32_t n : {32768, 70001, 128256}) {
+    for (const float scale : {1e-4f, 4096.0f}) {
+      const std::vector<float> p = clumped_row(n, rng, scale), q = clumped_row(n, rng, scale);
+      const cpu::Rows<> whole{n};
+      for (const std::int32_t parts : {2, 3, 5, 7, 16}) {
+        cpu::Rows<> split{n};
+        split.split = cpu::RowSplit{&team, parts};
+        for (const float u : {0.0f, 1e-7f, 0.25f, 0.5f, 0.999f, 0.99999994f}) {
+          const std::int32_t x = static_cast<std::int32_t>(rng() % std::uint64_t(n));
+          const auto a = whole.draw_residual(p.data(), nullptr, x, u), b = split.draw_residual(p.data(), nullptr, x, u);
+          ASSERT_EQ(a.value, b.value) << "one-hot residual, n " << n << " parts " << parts << " u " << u;
+          const float* qp = q.data();
+          const auto d = whole.draw_residual(p.data(), &qp, -1, u), e = split.draw_residual(p.data(), &qp, -1, u);
+          ASSERT_EQ(d.value, e.value) << "residual, n " << n << " parts " << parts << " u " << u;
+          ASSERT_EQ(d.ok, e.ok);
+          const auto f = whole.draw_target(p.data(), u), g = split.draw_target(p.data(), u);
+          ASSERT_EQ(f.value, g.value) << "target, n " << n << " parts " << parts << " u " << u;
+          draws += 3;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(draws, 3 * 2 * 5 * 6 * 3);
+}
+
+/// Logits of n with a few high tokens, guidance, a bitmask forbidding every 5th token, and a part
+/// of the row masked whole.
+struct SplitLogits {
+  std::vector<float> logits, unconditional;
+  std::vector<std::uint32_t> allowed;
+
+  SplitLogits(std::int32_t n, std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (std::int32_t i = 0; i < n; ++i) {
+      logits.push_back(normal(rng));
+      unconditional.push_back(normal(rng));
+    }
+    for (std::int32_t c = 0; c < 5; ++c) logits[rng() % std::uint64_t(n)] = 14.0f;
+    allowed.assign(std::size_t(n + 31) / 32, 0xffffffffu);
+    for (std::int32_t i = 0; i < n; i += 5) allowed[std::size_t(i / 32)] &= ~(1u << (i % 32));
+    for (std::int32_t i = n / 3; i < n / 3 + 20000 && i < n; ++i) allowed[std::size_t(i / 32)] &= ~(1u << (i % 32));
+  }
+};
+
+TEST(SplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
+  const cpu::TeamLease lease(cpu::RowTeam::instance());
+  ASSERT_NE(lease.team(), nullptr);
+  cpu::RowTeam& team = *lease.team();
+  std::mt19937_64 rng(12);
+  const SamplingParams params[] = {{0.8f, 0, 1.0f, 0.0f}, {1.3f, 0, 1.0f, 0.05f}, {0.0f, 0, 1.0f, 0.0f}};
+  std::int32_t compared = 0;
+  for (const std::int32_t n : {32768, 100003}) {
+    const SplitLogits l(n, rng), m(n, rng);
+    for (const bool guided : {false, true}) {
+      for (const bool masked : {false, true}) {
+        for (const SamplingParams& sp : params) {
+          const auto row_of = [&](const SplitLogits& s) {
+            core::LogitRow<float> row;
+            row.logits = s.logits.data();
+            row.n = n;
+            row.params = sp;
+            if (guided) {
+              row.unconditional = s.unconditional.data();
+              row.guidance_scale = 1.5f;
+            }
+            if (masked) row.allowed = s.allowed.data();
+            return row;
+          };
+          std::vector<float> scratch_a(std::size_t(2) * n), scratch_b(std::size_t(2) * n);
+          const cpu::LogitRows<> whole{n};
+          const auto p = cpu::prepare(row_of(l), scratch_a.data()), q = cpu::prepare(row_of(m), scratch_a.data() + n);
+          for (const std::int32_t parts : {2, 3, 6}) {
+            const cpu::LogitRows<> split{n, cpu::RowSplit{&team, parts}};
+            const auto ps = cpu::prepare(row_of(l), scratch_b.data(), split.split);
+            const auto qs = cpu::prepare(row_of(m), scratch_b.data() + n, split.split);
+            for (const auto* pair : {&p, &q}) {
+              const auto& a = *pair;
+              const auto& b = pair == &p ? ps : qs;
+              ASSERT_EQ(a.ok, b.ok);
+              ASSERT_EQ(a.argmax, b.argmax) << "n " << n << " parts " << parts;
+              ASSERT_EQ(bits(a.max), bits(b.max));
+              ASSERT_EQ(bits(a.threshold), bits(b.threshold)) << "min_p " << sp.min_p;
+              ASSERT_EQ(a.norm, b.norm) << "n " << n << " parts " << parts << " T " << sp.temperature;
+              ASSERT_EQ(bits(a.inv_norm), bits(b.inv_norm));
+              ASSERT_EQ(a.weights == nullptr, b.weights == nullptr);
+              if (a.weights) {
+                ASSERT_EQ(0, std::memcmp(a.weights, b.weights, sizeof(float) * std::size_t(n)));
+              }
+            }
+            for (const float u : {0.0f, 0.3f, 0.7f, 0.99999994f}) {
+              ASSERT_EQ(whole.draw_residual(p, &q, -1, u).value, split.draw_residual(ps, &qs, -1, u).value);
+              ASSERT_EQ(whole.draw_residual(p, nullptr, q.argmax, u).value, split.draw_residual(ps, nullptr, q.argmax, u).value);
+              ASSERT_EQ(whole.draw_target(p, u).value, split.draw_target(ps, u).value);
+            }
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 2 * 2 * 2 * 3 * 3);
+}
+
+TEST(SplitRows, APrePassFindsABadValueInAnyPart) {
+  const cpu::TeamLease lease(cpu::RowTeam::instance());
+  ASSERT_NE(lease.team(), nullptr);
+  cpu::RowTeam& team = *lease.team();
+  std::mt19937_64 rng(13);
+  const std::int32_t n = 65536;
+  SplitLogits l(n, rng);
+  for (const std::int32_t at : {5, n / 2 + 7, n - 1}) {
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      std::vector<float> logits = l.logits;
+      logits[std::size_t(at)] = bad;
+      core::LogitRow<float> row;
+      row.logits = logits.data();
+      row.n = n;
+      row.params = {0.8f, 0, 1.0f, 0.0f};
+      std::vector<float> scratch(static_cast<std::size_t>(n));
+      EXPECT_FALSE(cpu::prepare(row, scratch.data()).ok);
+      EXPECT_FALSE(cpu::prepare(row, scratch.data(), cpu::RowSplit{&team, 4}).ok) << "bad value at " << at;
+    }
+  }
+}
+
+/// One sequence's logits chain (K drafts from the draft rows' argmax or a random token) at V.
+struct SplitChain {
+  std::int32_t V, K;
+  std::vector<float> target, draft;
+  std::vector<std::int32_t> offsets{0}, tokens, out_tokens, accepted;
+  std::vector<float> logprobs;
+  std::vector<SamplingParams> params;  // per sequence
+
+  SplitChain(std::int32_t B, std::int32_t vocab, std::int32_t k, SamplingParams sp, std::mt19937_64& rng)
+      : V(vocab), K(k), params(std::size_t(B), sp) {
+    std::normal_distribution<float> normal(0.0f, 2.5f);
+    for (std::int32_t b = 0; b < B; ++b) {
+      for (std::int32_t j = 0; j <= K; ++j) {
+        for (std::int32_t v = 0; v < V; ++v) target.push_back(normal(rng));
+      }
+      for (std::int32_t j = 0; j < K; ++j) {
+        const std::size_t row = draft.size();
+        for (std::int32_t v = 0; v < V; ++v) draft.push_back(0.7f * target[std::size_t(b * (K + 1) + j) * V + v] + normal(rng));
+        tokens.push_back(static_cast<std::int32_t>(std::max_element(draft.begin() + row, draft.end()) - (draft.begin() + row)));
+      }
+      offsets.push_back(offsets.back() + K);
+    }
+    out_tokens.assign(std::size_t(B) * (K + 1), -7);
+    accepted.assign(std::size_t(B), -7);
+    logprobs.assign(std::size_t(B) * (K + 1), 0.0f);
+  }
+
+  LogitsChainBatch<float> batch() {
+    LogitsChainBatch<float> b;
+    b.batch_size = static_cast<std::int32_t>(accepted.size());
+    b.vocab_size = V;
+    b.draft_offsets = offsets.data();
+    b.draft_tokens = tokens.data();
+    b.target_logits = target.data();
+    b.draft_logits = draft.data();
+    b.target_params = params.data();
+    return b;
+  }
+  ChainOutput output() {
+    ChainOutput out{out_tokens.data(), K + 1, accepted.data()};
+    out.logprobs = logprobs.data();
+    return out;
+  }
+};
+
+TEST(SplitRows, VerifyGivesOneThreadsBitsAtAnyThreadCount) {
+  // One or two sequences walk on one thread, whose rows split over the team.
+  ASSERT_EQ(cpu::detail::thread_count(2, 2, 128256, 2), 1);
+  ASSERT_EQ(cpu::detail::SplitRows(1, 128256, 2).split().parts, 2);
+  ASSERT_EQ(cpu::detail::SplitRows(1, 128256, 7).split().parts, 7);
+  std::mt19937_64 rng(14);
+  const SamplingParams params[] = {{0.8f, 0, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.1f}, {0.8f, 50, 0.9f, 0.0f}};
+  std::int32_t calls = 0;
+  for (const std::int32_t B : {1, 2}) {
+    for (const SamplingParams& sp : params) {
+      SplitChain c(B, 128256, 3, sp, rng);
+      for (std::uint64_t step = 0; step < 6; ++step) {
+        VerifyStats one_stats = verify(Standard{}, c.batch(), Randomness{5, step}, c.output(), CpuOptions{1});
+        const auto tokens = c.out_tokens;
+        const auto accepted = c.accepted;
+        const auto logprobs = c.logprobs;
+        for (const std::int32_t threads : {2, 3, 7, 0}) {
+          const VerifyStats stats = verify(Standard{}, c.batch(), Randomness{5, step}, c.output(), CpuOptions{threads});
+          ASSERT_EQ(tokens, c.out_tokens) << "B " << B << " threads " << threads << " step " << step;
+          ASSERT_EQ(accepted, c.accepted);
+          ASSERT_EQ(0, std::memcmp(logprobs.data(), c.logprobs.data(), sizeof(float) * logprobs.size()));
+          ASSERT_EQ(one_stats.accepted, stats.accepted);
+          ++calls;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(calls, 2 * 3 * 6 * 4);
+}
+
+TEST(SplitRows, ProbabilityChainsGiveOneThreadsBitsAtAnyThreadCount) {
+  // Clumped rows spread their mass over the whole row, so the draws cross in every part.
+  std::mt19937_64 rng(15);
+  const std::int32_t V = 70001, K = 3;
+  const auto normalised = [&] {
+    std::vector<float> row = clumped_row(V, rng, 1.0f);
+    double total = 0.0;
+    for (const float v : row) total += v;
+    for (float& v : row) v = static_cast<float>(v / total);
+    return row;
+  };
+  for (const std::int32_t B : {1, 3}) {
+    Chains c(V);
+    for (std::int32_t b = 0; b < B; ++b) {
+      std::vector<std::vector<float>> ps, qs;
+      std::vector<std::int32_t> xs;
+      for (std::int32_t j = 0; j < K; ++j) {
+        ps.push_back(normalised());
+        qs.push_back(normalised());
+        // A token q favours (accepted with probability p/q < 1 at times), clumps being random.
+        xs.push_back(static_cast<std::int32_t>(std::max_element(qs.back().begin(), qs.back().end()) - qs.back().begin()));
+      }
+      ps.push_back(normalised());
+      c.add(xs, ps, qs);
+    }
+    std::set<std::int32_t> parts_hit;
+    for (std::uint64_t step = 0; step < 16; ++step) {
+      const auto one = run(c, Randomness{9, step}, CpuOptions{1});
+      const auto accepted = c.accepted;
+      parts_hit.insert(one[std::size_t(accepted[0])] / (V / 2));
+      for (const std::int32_t threads : {2, 4, 0}) {
+        ASSERT_EQ(one, run(c, Randomness{9, step}, CpuOptions{threads})) << "B " << B << " threads " << threads;
+        ASSERT_EQ(accepted, c.accepted);
+      }
+    }
+    EXPECT_EQ(parts_hit.size(), 2u) << "draws in both halves of the row";
+  }
+}
+
+TEST(SplitRows, AChildMadeByForkSplitsItsRowsAlone) {
+  // The parent's team has started (and its workers may hold its lock when fork() copies it): the
+  // child must neither wait for them nor touch the lock, and gets the same bits.
+  std::mt19937_64 rng(16);
+  SplitChain c(1, 65536, 2, SamplingParams{0.8f, 0, 1.0f, 0.0f}, rng);
+  verify(Standard{}, c.batch(), Randomness{3, 1}, c.output(), CpuOptions{2});
+  const auto tokens = c.out_tokens;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(30);  // a hang fails the test instead of stalling it
+    bool same = true;
+    for (int call = 0; call < 20; ++call) {
+      verify(Standard{}, c.batch(), Randomness{3, 1}, c.output(), CpuOptions{2});
+      same = same && c.out_tokens == tokens;
+    }
+    _exit(same ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's tokens differ";
+}
 }  // namespace
 }  // namespace specverify

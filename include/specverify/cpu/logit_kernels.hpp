@@ -38,6 +38,7 @@
 #include <limits>
 #include <new>
 #include <type_traits>
+#include <vector>
 
 #include "specverify/core/logit_rows.hpp"
 #include "specverify/core/row_math.hpp"
@@ -46,6 +47,7 @@
 #include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/lanes.hpp"
 #include "specverify/cpu/row_kernels.hpp"
+#include "specverify/cpu/split_row.hpp"
 #include "specverify/cpu/widen.hpp"
 #include "specverify/rule.hpp"
 
@@ -427,15 +429,22 @@ Scan scan(const LogitRow<Logit>& row, bool collect, std::int32_t k, float* scrat
   return r;
 }
 
+/// What a weights pass sums: the kept weights (view.norm) and the lowest kept value (min_p's
+/// threshold).
+struct WeightSums {
+  core::FixedSum norm;
+  float lowest = core::kInf;
+};
+
 /// The weights pass over the cache-hot row (after the read found max g): w(i) = exp_weight((g(i) -
-/// max) / T) for the kept tokens, 0 elsewhere, written to out[0..n); their sum is view.norm, a
+/// max) / T) for the kept tokens, 0 elsewhere, written to out[0..n); their sum (view.norm) is a
 /// FixedSum on its coarse grid (w <= 1, and the max weighs 1: the sum is at least 1, so n
 /// roundings of 2^-41 are below 2^-24 of it for n <= 2^17). Kept: g >= view.threshold and w >= min_w.
 /// min_w > 0 is min_p: w is non-decreasing in g, so that is a value threshold too, and
-/// view.threshold becomes the lowest kept g (a minimum: the overlay's tokens must be `excluded`
-/// then; a sum alone may read them `replaced`).
+/// view.threshold becomes the lowest kept g, `lowest` (a minimum: the overlay's tokens must be
+/// `excluded` then; a sum alone may read them `replaced`).
 template <class Arch, Entries kEntries, class Logit>
-void weights_pass(LogitView<Logit>& view, float min_w, float* out) {
+WeightSums weights_sums(const LogitView<Logit>& view, float min_w, float* out) {
   static_assert(kEntries != Entries::patched, "the weights pass computes the values patched reads");
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
@@ -497,8 +506,70 @@ void weights_pass(LogitView<Logit>& view, float min_w, float* out) {
     s.add_coarse(out[i]);
     if (kept) low = std::min(low, g);
   }
-  if (min_w > 0.0f) view.threshold = low;
-  view.norm = s.value();
+  return {s, low};
+}
+
+/// The pass's sums into the view: its normaliser and, for min_p, its threshold.
+template <class Logit>
+void apply(LogitView<Logit>& view, float min_w, const WeightSums& sums) {
+  if (min_w > 0.0f) view.threshold = sums.lowest;
+  view.norm = sums.norm.value();
+}
+
+template <class Arch, Entries kEntries, class Logit>
+void weights_pass(LogitView<Logit>& view, float min_w, float* out) {
+  apply(view, min_w, weights_sums<Arch, kEntries>(view, min_w, out));
+}
+
+/// Elements [begin, end) of a row as a row of their own (no overlay, indexed by target ids):
+/// begin is a multiple of 32, so the bitmask's words shift whole.
+template <class Logit>
+LogitRow<Logit> slice(const LogitRow<Logit>& row, std::int32_t begin, std::int32_t end) {
+  LogitRow<Logit> part = row;
+  part.logits += begin;
+  if (part.unconditional) part.unconditional += begin;
+  if (part.allowed) part.allowed += begin / 32;
+  part.n = end - begin;
+  return part;
+}
+
+/// scan() of a row split over the team: the maxima merged in part order, so the argmax is the
+/// first part's holding the max, the lowest index.
+template <class Arch, class Logit>
+Scan split_scan(const LogitRow<Logit>& row, const RowSplit& split) {
+  std::vector<Scan> parts(static_cast<std::size_t>(split.parts));
+  split.for_parts(row.n, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
+    Scan s = scan<Arch, Entries::none>(slice(row, begin, end), false, 0, nullptr);
+    if (s.argmax >= 0) s.argmax += begin;
+    parts[part] = s;
+  });
+  Scan merged;
+  for (const Scan& s : parts) {
+    merged.ok = merged.ok && s.ok;
+    if (s.max > merged.max) {
+      merged.max = s.max;
+      merged.argmax = s.argmax;
+    }
+  }
+  return merged;
+}
+
+/// weights_pass() of a row split over the team: each part writes its weights, and its FixedSum
+/// and lowest kept value merge exactly.
+template <class Arch, class Logit>
+void split_weights_pass(LogitView<Logit>& view, float min_w, float* out, const RowSplit& split) {
+  std::vector<WeightSums> parts(static_cast<std::size_t>(split.parts));
+  split.for_parts(view.row.n, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
+    LogitView<Logit> piece = view;
+    piece.row = slice(view.row, begin, end);
+    parts[part] = weights_sums<Arch, Entries::none>(piece, min_w, out + begin);
+  });
+  WeightSums merged;
+  for (const WeightSums& s : parts) {
+    merged.norm.merge(s.norm);
+    merged.lowest = std::min(merged.lowest, s.lowest);
+  }
+  apply(view, min_w, merged);
 }
 
 /// top_p on candidates c[0..m) (every token still kept, in any order; reordered here): the
@@ -606,7 +677,7 @@ void list_kept(LogitView<Logit>& view, float* scratch) {
 /// row, the weights pass (every weight computed once, for the normaliser and every later read) or,
 /// for small kept sets, work on the candidates and a list of the kept indices.
 template <class Arch = DefaultArch, class Logit>
-LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch) {
+LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch, const RowSplit& split = {}) {
   namespace d = logits_detail;
   using View = LogitView<Logit>;
   View view;
@@ -620,8 +691,11 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch) {
   const bool collect = top_k || top_p;
   const std::int32_t k = top_k ? params.top_k : 0;
   const bool overlay = row.overlay.size > 0;
-  const d::Scan s = overlay ? d::scan<Arch, d::Entries::excluded>(row, collect, k, scratch)
-                            : d::scan<Arch, d::Entries::none>(row, collect, k, scratch);
+  // A split row's passes are the plain ones: no candidates, no overlay, target ids.
+  const bool split_row = split.active() && !collect && !overlay && !row.target_to_draft;
+  const d::Scan s = split_row ? d::split_scan<Arch>(row, split)
+                    : overlay ? d::scan<Arch, d::Entries::excluded>(row, collect, k, scratch)
+                              : d::scan<Arch, d::Entries::none>(row, collect, k, scratch);
   view.ok = s.ok;
   view.max = s.max;
   view.argmax = s.argmax;
@@ -632,7 +706,9 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch) {
     return view;
   }
   const auto keep_weights = [&](float min_w) {
-    if (overlay && min_w > 0.0f) {
+    if (split_row) {
+      d::split_weights_pass<Arch>(view, min_w, scratch, split);
+    } else if (overlay && min_w > 0.0f) {
       d::weights_pass<Arch, d::Entries::excluded>(view, min_w, scratch);
     } else if (overlay) {
       d::weights_pass<Arch, d::Entries::replaced>(view, min_w, scratch);
@@ -674,7 +750,8 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch) {
 template <class Arch = DefaultArch, class Logit = float>
 struct LogitRows {
   static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
-  std::int32_t n;  // target vocabulary size
+  std::int32_t n;       // target vocabulary size
+  RowSplit split = {};  // how draws over the whole row split (unsplit by default)
 
   using View = LogitView<Logit>;
 
@@ -825,6 +902,7 @@ struct LogitRows {
       if (static_cast<std::uint32_t>(patched - v) < static_cast<std::uint32_t>(WF)) patch_lane(lo, hi, patched - v, one(patched));
     };
     // The views were validated, and p <= 1 (w <= 1, 1 / norm <= 1) bounds every weight.
+    if (split.active()) return cpu::draw<Arch>(split, [&] { return LanePass<decltype(vec), One>{vec, one, 1.0}; }, n, u);
     return cpu::draw<Arch>(vec, one, [] { return Checked<double>{1.0, true}; }, n, u);
   }
 

@@ -43,6 +43,7 @@ struct Rows {
   using View = const float*;
   std::int32_t n;
   SiblingRoom room{};
+  RowSplit split{};  // how draws split (unsplit by default)
 
   View open(View row) const { return row; }
   float value(View row, std::int32_t v) const { return row[v]; }
@@ -53,11 +54,9 @@ struct Rows {
     return row_divergence<Arch>(d, p, q ? *q : nullptr, x, n);
   }
   Checked<std::int32_t> draw_residual(View p, const View* q, std::int32_t x, float u) const {
-    return cpu::draw<Arch>(Weights::residual(p, q ? *q : nullptr, x, n), u);
+    return draw_weights(Weights::residual(p, q ? *q : nullptr, x, n), u);
   }
-  Checked<std::int32_t> draw_target(View p, float u) const {
-    return cpu::draw<Arch>(Weights::target(p, n), u);
-  }
+  Checked<std::int32_t> draw_target(View p, float u) const { return draw_weights(Weights::target(p, n), u); }
   Checked<std::int32_t> gumbel_argmax(View p, std::uint64_t seed, std::int64_t position) const {
     return cpu::gumbel_argmax<Arch>(p, n, seed, position);
   }
@@ -69,6 +68,12 @@ struct Rows {
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const { return residual_mass<Arch>(r, x, n); }
   Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
     return residual_draw<Arch>(r, x, u, n);
+  }
+
+ private:
+  Checked<std::int32_t> draw_weights(const Weights& w, float u) const {
+    if (split.active()) return cpu::draw<Arch>(split, [&] { return WeightsPass<Arch>{w}; }, w.n, u);
+    return cpu::draw<Arch>(w, u);
   }
 };
 
@@ -95,7 +100,7 @@ struct OpenedLogitRows : LogitRows<Arch, Logit> {
     core::LogitRow<Logit> overlaid = row;
     overlays[second].build(overlaid);  // lives as long as the scratch row it goes with
     second = !second;
-    return prepare<Arch>(overlaid, mine);
+    return prepare<Arch>(overlaid, mine, this->split);
   }
   core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {

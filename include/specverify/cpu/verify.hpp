@@ -1,11 +1,13 @@
-// verify() on the CPU: validate, walk every sequence (on several threads for large batches), then
-// write the outputs. Results do not depend on the thread count: each sequence is walked by one
-// thread with the same arithmetic, and the statistics are integer sums.
+// verify() on the CPU: validate, walk every sequence (on several threads for large batches, or one
+// thread whose rows split over the row team for small ones), then write the outputs. Results do not
+// depend on the thread count: each sequence is walked by one thread with the same arithmetic, a
+// split row's summaries merge exactly, and the statistics are integer sums.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -18,13 +20,17 @@
 #include "specverify/core/validate.hpp"
 #include "specverify/core/validate_logits.hpp"
 #include "specverify/core/walk.hpp"
+#include "specverify/cpu/row_team.hpp"
 #include "specverify/cpu/rows.hpp"
+#include "specverify/cpu/split_row.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify {
 
-/// How the CPU backend may run. `max_threads` 0 uses every hardware thread, but only once the
-/// batch holds enough row work to pay for starting them; a negative value is invalid_input.
+/// How the CPU backend may run. `max_threads` 0 uses every hardware thread: over sequences once
+/// the batch holds enough row work to pay for starting them, else over the parts of each row (the
+/// process's row team, started on first use); 1 keeps the call on the calling thread; a negative
+/// value is invalid_input.
 struct CpuOptions {
   std::int32_t max_threads = 0;
 };
@@ -37,6 +43,14 @@ inline void check_options(const CpuOptions& options) {
   }
 }
 
+/// The threads a call may use: max_threads, or with 0 every hardware thread.
+inline std::int32_t allowed_threads(std::int32_t max_threads) {
+  // Read once: glibc answers hardware_concurrency() by reading a file, a cost small batches
+  // called step after step would pay every time.
+  static const std::int32_t hardware = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return max_threads > 0 ? max_threads : hardware;
+}
+
 /// Rows of V floats the walk reads for sure (one per sequence) or, with statistics, at every
 /// node; below about a megabyte of such reads a second thread costs more than it saves.
 inline std::int32_t thread_count(std::int32_t batch_size, std::int64_t row_reads,
@@ -44,13 +58,27 @@ inline std::int32_t thread_count(std::int32_t batch_size, std::int64_t row_reads
   constexpr std::int64_t kFloatsPerThread = std::int64_t{1} << 18;
   const std::int64_t useful = row_reads * vocab_size / kFloatsPerThread;
   if (useful <= 1 || max_threads == 1) return 1;
-  // Read once: glibc answers hardware_concurrency() by reading a file, a cost small batches
-  // called step after step would pay every time.
-  static const std::int64_t hardware = std::max(1u, std::thread::hardware_concurrency());
-  const std::int64_t allowed = max_threads > 0 ? max_threads : hardware;
   return static_cast<std::int32_t>(std::max<std::int64_t>(
-      1, std::min({allowed, useful, std::int64_t{batch_size}})));
+      1, std::min({std::int64_t{allowed_threads(max_threads)}, useful, std::int64_t{batch_size}})));
 }
+
+/// A call walked on one thread spreads its rows over the row team instead (B = 1 uses every
+/// core), when the rows are long enough to split and the team is free.
+class SplitRows {
+ public:
+  SplitRows(std::int32_t threads, std::int32_t vocab_size, std::int32_t max_threads) {
+    if (threads > 1 || max_threads == 1) return;
+    const std::int32_t parts = RowSplit::parts_for(vocab_size, allowed_threads(max_threads));
+    if (parts <= 1) return;
+    lease_.emplace(RowTeam::instance());
+    if (lease_->team()) split_ = RowSplit{lease_->team(), parts};
+  }
+  const RowSplit& split() const { return split_; }
+
+ private:
+  std::optional<TeamLease> lease_;
+  RowSplit split_;
+};
 
 /// Calls body(state, i) for i in [0, count) on `threads` threads; each thread makes its own
 /// state once (a backend's rows with their scratch).
@@ -82,7 +110,13 @@ VerifyStats run(const Rule& rule, const Layout& layout, const Source& source, co
   std::int64_t row_reads = B;
   for (std::int32_t b = 0; per_node && b < B; ++b) row_reads += layout.count(b);
   const std::int32_t threads = thread_count(B, row_reads, batch.vocab_size, options.max_threads);
-  parallel_for(B, threads, make_rows, [&](auto& rows, std::int32_t b) {
+  const SplitRows split(threads, batch.vocab_size, options.max_threads);
+  const auto make_split_rows = [&] {
+    auto rows = make_rows();
+    rows.split = split.split();
+    return rows;
+  };
+  parallel_for(B, threads, make_split_rows, [&](auto& rows, std::int32_t b) {
     float* stage = staged.empty() ? nullptr : staged.data() + std::size_t(b) * out.row_width;
     results[b] = core::walk(rule, layout, source, randomness, b, rows, stage);
   });
