@@ -458,6 +458,7 @@ BENCHMARK_CAPTURE(EnginePenalised, temperature/rejected, kTemperature, false)->U
 BENCHMARK_CAPTURE(ReadPass, rejected, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK(ReadPassOne)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(VerifyOne, temperature/rejected, kTemperature)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(VerifyOne, top_k_top_p/rejected, kTopKTopP)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, top_k_top_p/rejected, kTopKTopP, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(ReadPass, accepted, true)->Unit(benchmark::kMicrosecond);

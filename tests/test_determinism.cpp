@@ -116,7 +116,7 @@ std::vector<float> clumped_row(std::int32_t n, std::mt19937_64& rng, float scale
   return p;
 }
 
-TEST(SplitRows, DrawsMatchTheUnsplitRowForAnyNumberOfParts) {
+TEST(CpuSplitRows, DrawsMatchTheUnsplitRowForAnyNumberOfParts) {
   const cpu::TeamLease lease(cpu::RowTeam::instance());
   ASSERT_NE(lease.team(), nullptr);
   cpu::RowTeam& team = *lease.team();
@@ -166,13 +166,15 @@ struct SplitLogits {
   }
 };
 
-TEST(SplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
+TEST(CpuSplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
   const cpu::TeamLease lease(cpu::RowTeam::instance());
   ASSERT_NE(lease.team(), nullptr);
   cpu::RowTeam& team = *lease.team();
   std::mt19937_64 rng(12);
-  const SamplingParams params[] = {{0.8f, 0, 1.0f, 0.0f}, {1.3f, 0, 1.0f, 0.05f}, {0.0f, 0, 1.0f, 0.0f}};
-  std::int32_t compared = 0;
+  // T alone, min_p, greedy, top_k (listed), top_p (dense), and both with min_p.
+  const SamplingParams params[] = {{0.8f, 0, 1.0f, 0.0f},  {1.3f, 0, 1.0f, 0.05f}, {0.0f, 0, 1.0f, 0.0f},
+                                   {0.8f, 50, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f},   {0.7f, 400, 0.95f, 0.02f}};
+  std::int32_t compared = 0, listed = 0, dense = 0;
   for (const std::int32_t n : {32768, 100003}) {
     const SplitLogits l(n, rng), m(n, rng);
     for (const bool guided : {false, true}) {
@@ -207,6 +209,9 @@ TEST(SplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
               ASSERT_EQ(a.norm, b.norm) << "n " << n << " parts " << parts << " T " << sp.temperature;
               ASSERT_EQ(bits(a.inv_norm), bits(b.inv_norm));
               ASSERT_EQ(a.weights == nullptr, b.weights == nullptr);
+              ASSERT_EQ(a.listed, b.listed);
+              (a.listed >= 0 ? listed : dense) += 1;
+              for (std::int32_t i = 0; i < a.listed; ++i) ASSERT_EQ(a.kept[i], b.kept[i]) << "kept " << i;
               if (a.weights) {
                 ASSERT_EQ(0, std::memcmp(a.weights, b.weights, sizeof(float) * std::size_t(n)));
               }
@@ -222,10 +227,12 @@ TEST(SplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
       }
     }
   }
-  EXPECT_EQ(compared, 2 * 2 * 2 * 3 * 3);
+  EXPECT_EQ(compared, 2 * 2 * 2 * 6 * 3);
+  EXPECT_GT(listed, 0) << "kept sets listed (top_k)";
+  EXPECT_GT(dense, 0) << "kept sets as weights";
 }
 
-TEST(SplitRows, APrePassFindsABadValueInAnyPart) {
+TEST(CpuSplitRows, APrePassFindsABadValueInAnyPart) {
   const cpu::TeamLease lease(cpu::RowTeam::instance());
   ASSERT_NE(lease.team(), nullptr);
   cpu::RowTeam& team = *lease.team();
@@ -292,7 +299,7 @@ struct SplitChain {
   }
 };
 
-TEST(SplitRows, VerifyGivesOneThreadsBitsAtAnyThreadCount) {
+TEST(CpuSplitRows, VerifyGivesOneThreadsBitsAtAnyThreadCount) {
   // One or two sequences walk on one thread, whose rows split over the team.
   ASSERT_EQ(cpu::detail::thread_count(2, 2, 128256, 2), 1);
   ASSERT_EQ(cpu::detail::SplitRows(1, 128256, 2).split().parts, 2);
@@ -322,7 +329,7 @@ TEST(SplitRows, VerifyGivesOneThreadsBitsAtAnyThreadCount) {
   EXPECT_EQ(calls, 2 * 3 * 6 * 4);
 }
 
-TEST(SplitRows, ProbabilityChainsGiveOneThreadsBitsAtAnyThreadCount) {
+TEST(CpuSplitRows, ProbabilityChainsGiveOneThreadsBitsAtAnyThreadCount) {
   // Clumped rows spread their mass over the whole row, so the draws cross in every part.
   std::mt19937_64 rng(15);
   const std::int32_t V = 70001, K = 3;
@@ -361,7 +368,7 @@ TEST(SplitRows, ProbabilityChainsGiveOneThreadsBitsAtAnyThreadCount) {
   }
 }
 
-TEST(SplitRows, AChildMadeByForkSplitsItsRowsAlone) {
+TEST(CpuSplitRows, AChildMadeByForkSplitsItsRowsAlone) {
   // The parent's team has started (and its workers may hold its lock when fork() copies it): the
   // child must neither wait for them nor touch the lock, and gets the same bits.
   std::mt19937_64 rng(16);

@@ -534,21 +534,30 @@ LogitRow<Logit> slice(const LogitRow<Logit>& row, std::int32_t begin, std::int32
 }
 
 /// scan() of a row split over the team: the maxima merged in part order, so the argmax is the
-/// first part's holding the max, the lowest index.
+/// first part's holding the max, the lowest index. With `collect`, each part collects into its own
+/// stretch of scratch (at most its length) and the lists are moved to the front in part order:
+/// a part's pivot never exceeds the row's k-th largest value (its own k-th largest is at most
+/// that), so every value top_k keeps is among them, and the later steps depend on the values kept
+/// alone, not on the extra candidates or their order.
 template <class Arch, class Logit>
-Scan split_scan(const LogitRow<Logit>& row, const RowSplit& split) {
+Scan split_scan(const LogitRow<Logit>& row, const RowSplit& split, bool collect, std::int32_t k, float* scratch) {
   std::vector<Scan> parts(static_cast<std::size_t>(split.parts));
   split.for_parts(row.n, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
-    Scan s = scan<Arch, Entries::none>(slice(row, begin, end), false, 0, nullptr);
+    Scan s = scan<Arch, Entries::none>(slice(row, begin, end), collect, k, scratch + begin);
     if (s.argmax >= 0) s.argmax += begin;
     parts[part] = s;
   });
   Scan merged;
-  for (const Scan& s : parts) {
+  for (std::int32_t part = 0; part < split.parts; ++part) {
+    const Scan& s = parts[static_cast<std::size_t>(part)];
     merged.ok = merged.ok && s.ok;
     if (s.max > merged.max) {
       merged.max = s.max;
       merged.argmax = s.argmax;
+    }
+    if (collect) {  // merged.collected <= this part's start: the move never overtakes a list
+      std::memmove(scratch + merged.collected, scratch + split.begin(part, row.n), sizeof(float) * std::size_t(s.collected));
+      merged.collected += s.collected;
     }
   }
   return merged;
@@ -641,7 +650,7 @@ void min_p_on_candidates(LogitView<Logit>& view, const float* c, std::int32_t m)
 /// Lists the kept row indices (at most View::kMaxListed of them) in increasing order into
 /// `scratch`, whose candidates are done with: one more pass over the cache-hot row.
 template <class Arch, class Logit>
-void list_kept(LogitView<Logit>& view, float* scratch) {
+std::int32_t write_kept(const LogitView<Logit>& view, float* out, std::int32_t first) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   static_assert(sizeof(std::int32_t) == sizeof(float) && alignof(std::int32_t) <= alignof(float),
@@ -649,8 +658,8 @@ void list_kept(LogitView<Logit>& view, float* scratch) {
   const LogitRow<Logit>& row = view.row;
   FB<Arch> unused(true);
   std::int32_t count = 0;
-  const auto add = [&](std::int32_t i, float g) {  // count <= the kept tokens <= row.n: scratch has room
-    if (g >= view.threshold && count < LogitView<Logit>::kMaxListed) ::new (static_cast<void*>(scratch + count++)) std::int32_t(i);
+  const auto add = [&](std::int32_t i, float g) {  // count <= the kept tokens <= row.n: out has room
+    if (g >= view.threshold && count < LogitView<Logit>::kMaxListed) ::new (static_cast<void*>(out + count++)) std::int32_t(first + i);
   };
   std::int32_t i = 0;
   for (; i + W <= row.n; i += W) {
@@ -661,6 +670,30 @@ void list_kept(LogitView<Logit>& view, float* scratch) {
     for (std::int32_t l = 0; l < W; ++l) add(i + l, lanes[l]);
   }
   for (; i < row.n; ++i) add(i, core::processed_logit(row, i).g);
+  return count;
+}
+
+/// The view's kept row indices (at most kMaxListed, which the caller checked), in increasing
+/// order, over scratch: view.kept. A split row lists each part's into its own stretch of scratch,
+/// then moves the lists to the front in part order.
+template <class Arch, class Logit>
+void list_kept(LogitView<Logit>& view, float* scratch, const RowSplit& split) {
+  std::int32_t count = 0;
+  if (split.active()) {
+    std::vector<std::int32_t> counts(static_cast<std::size_t>(split.parts));
+    split.for_parts(view.row.n, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
+      LogitView<Logit> piece = view;
+      piece.row = slice(view.row, begin, end);
+      counts[static_cast<std::size_t>(part)] = write_kept<Arch>(piece, scratch + begin, begin);
+    });
+    for (std::int32_t part = 0; part < split.parts; ++part) {
+      const std::int32_t take = std::min(counts[static_cast<std::size_t>(part)], LogitView<Logit>::kMaxListed - count);
+      std::memmove(scratch + count, scratch + split.begin(part, view.row.n), sizeof(float) * std::size_t(take));
+      count += take;
+    }
+  } else {
+    count = write_kept<Arch>(view, scratch, 0);
+  }
   view.listed = count;
   view.kept = std::launder(reinterpret_cast<const std::int32_t*>(scratch));
 }
@@ -691,9 +724,9 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch, const RowSp
   const bool collect = top_k || top_p;
   const std::int32_t k = top_k ? params.top_k : 0;
   const bool overlay = row.overlay.size > 0;
-  // A split row's passes are the plain ones: no candidates, no overlay, target ids.
-  const bool split_row = split.active() && !collect && !overlay && !row.target_to_draft;
-  const d::Scan s = split_row ? d::split_scan<Arch>(row, split)
+  // A split row reads the row alone: no overlay (its entries are the whole row's), target ids.
+  const bool split_row = split.active() && !overlay && !row.target_to_draft;
+  const d::Scan s = split_row ? d::split_scan<Arch>(row, split, collect, k, scratch)
                     : overlay ? d::scan<Arch, d::Entries::excluded>(row, collect, k, scratch)
                               : d::scan<Arch, d::Entries::none>(row, collect, k, scratch);
   view.ok = s.ok;
@@ -740,7 +773,7 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch, const RowSp
   }
   view.norm = d::candidate_sum<Arch>(scratch, m, view.threshold, view.max, view.inv_temperature).value();
   view.inv_norm = static_cast<float>(1.0 / view.norm);
-  d::list_kept<Arch>(view, scratch);
+  d::list_kept<Arch>(view, scratch, split_row ? split : RowSplit{});
   return view;
 }
 
