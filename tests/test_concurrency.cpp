@@ -1,12 +1,14 @@
 // Many threads calling verify() at once, each on its own outputs, over shared read-only inputs and
-// shared rule objects: every call gives the tokens a serial call gives. There is no global mutable
-// state to race on; the tsan preset builds this test with ThreadSanitizer to show it:
+// shared rule objects: every call gives the tokens a serial call gives. The only global mutable
+// state is the row team (cpu/row_team.hpp), leased by one call at a time; its own tests are below.
+// The tsan preset builds this test with ThreadSanitizer to show there is no race:
 //   cmake --preset tsan && cmake --build --preset tsan -j2 && ctest --preset tsan
 // (clang++: with a function-local static ChainResult shared by the threads planted in verify(),
 // clang's TSan reports the race and g++ 12's does not, as it misses the writes walk_chain makes
 // through its return slot; the mismatch count below catches that plant either way.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -147,6 +149,20 @@ TEST(Concurrency, TheRowTeamRunsEveryPartOnce) {
   }
   const cpu::TeamLease second(cpu::RowTeam::instance());
   EXPECT_EQ(second.team(), nullptr) << "one call holds the team at a time";
+}
+
+TEST(Concurrency, TheRowTeamStartsOnlyTheWorkersATaskAsksFor) {
+  const cpu::TeamLease lease(cpu::RowTeam::instance());
+  ASSERT_NE(lease.team(), nullptr);
+  const std::int32_t most = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency())) - 1;
+  std::int32_t expected = lease.team()->workers();  // 0 in a process of its own, as ctest runs it
+  for (const std::int32_t parts : {1, 2, 3, 2, 40, 5}) {
+    std::vector<int> ran(static_cast<std::size_t>(parts), 0);
+    lease.team()->run(parts, [&](std::int32_t part) { ++ran[static_cast<std::size_t>(part)]; });
+    expected = std::max(expected, std::min(parts - 1, most));
+    EXPECT_EQ(lease.team()->workers(), expected) << "after a task of " << parts << " parts";
+    EXPECT_EQ(ran, std::vector<int>(static_cast<std::size_t>(parts), 1));
+  }
 }
 
 TEST(Concurrency, SharedHeadsEvaluateAtOnce) {

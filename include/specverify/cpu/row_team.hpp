@@ -2,7 +2,7 @@
 // and run by the calling thread and these workers together (issue 21: B = 1 uses every core).
 //
 // A small batch's whole call takes ~0.1 ms, so starting threads per call cannot pay; these
-// workers start on first use and live until the process exits. Between tasks they spin for
+// workers start when a call first needs them and live until the process exits. Between tasks they spin for
 // kSpin, then sleep on a condition variable: a call made step after step finds them spinning,
 // one made after a pause pays a notify (the caller never waits for a worker to wake: it takes
 // parts itself, so a sleeping or absent worker costs no more than doing the parts alone). A child
@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -30,7 +31,9 @@ class RowTeam {
  public:
   static constexpr std::int32_t kMaxParts = 0xffff;  // a task's parts fit the ticket's 16 bits
 
-  /// The process's team: one worker per hardware thread but the caller's, started on first use.
+  /// The process's team. Its workers start as tasks first ask for them: parts - 1 at most, and
+  /// one per hardware thread but the caller's (so a process whose calls cap max_threads at 2 keeps
+  /// one worker, not one per core spinning after every call).
   static RowTeam& instance() {
     static RowTeam team(static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency())) - 1);
     return team;
@@ -56,6 +59,7 @@ class RowTeam {
   /// part is done. Parts are taken in any order by any thread: a job's parts must be independent.
   template <class Job>
   void run(std::int32_t parts, const Job& job) {
+    if (parts > 1 && !forked()) grow(std::min(parts - 1, most_workers_));
     if (parts <= 1 || workers_.empty() || forked()) {
       for (std::int32_t part = 0; part < parts; ++part) job(part);
       return;
@@ -74,6 +78,9 @@ class RowTeam {
     while (done_.load() < parts) pause();
   }
 
+  /// The workers started so far (read by the lease holder).
+  std::int32_t workers() const { return static_cast<std::int32_t>(workers_.size()); }
+
   /// Taken by one verify call at a time: false when another holds the team.
   bool try_acquire() { return !busy_.test_and_set(std::memory_order_acquire); }
   void release() { busy_.clear(std::memory_order_release); }
@@ -83,11 +90,23 @@ class RowTeam {
   // (the walk's work between two split passes) and than a benchmark's loop between calls.
   static constexpr std::chrono::microseconds kSpin{200};
 
-  explicit RowTeam(std::int32_t workers) {
+  explicit RowTeam(std::int32_t most_workers) : most_workers_(most_workers) {
 #if defined(__unix__) || defined(__APPLE__)
     pthread_atfork(nullptr, nullptr, [] { forked_flag().store(true); });
 #endif
-    for (std::int32_t w = 0; w < workers; ++w) workers_.emplace_back([this] { work(); });
+  }
+
+  /// Starts workers up to `wanted` (by the lease holder alone). A worker that cannot be started
+  /// caps the team where it is: the caller does the parts a missing worker would have.
+  void grow(std::int32_t wanted) {
+    while (static_cast<std::int32_t>(workers_.size()) < wanted) {
+      try {
+        workers_.emplace_back([this] { work(); });
+      } catch (const std::system_error&) {
+        most_workers_ = static_cast<std::int32_t>(workers_.size());
+        return;
+      }
+    }
   }
 
   static std::atomic<bool>& forked_flag() {
@@ -158,7 +177,8 @@ class RowTeam {
   std::atomic<std::int32_t> sleeping_{0};
   std::atomic<bool> stop_{false};
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
-  std::uint64_t generation_ = 0;  // the lease holder's alone
+  std::uint64_t generation_ = 0;  // the lease holder's alone, as are most_workers_ and workers_
+  std::int32_t most_workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<std::thread> workers_;
