@@ -16,7 +16,8 @@
 // and EnginePenalised (dense [rows, V] counts, penalties on every row, softmax, verify) over it:
 //   build/release/bench/bench_logits --benchmark_filter='penalties_baseline|Penalised'
 // B = 1 (issue 21): VerifyOne/temperature/rejected/threads:2 over threads:1 (goal <= 0.6x: the
-// rows split over the row team), next to ReadPassOne, the read of the same two rows:
+// rows split over the row team), next to ReadPassOne, the read of the same two rows; and
+// VerifyOnePenalised, the same with one sequence's history and bias lists:
 //   build/release/bench/bench_logits --benchmark_filter='One' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 #include <xsimd/xsimd.hpp>
@@ -386,6 +387,30 @@ void VerifyPenalised(benchmark::State& state, SamplingParams params, bool accept
   set_bytes(state, accepted);
 }
 
+/// VerifyOne with the lists: one sequence's history and bias (the row's overlay) at B = 1.
+void VerifyOnePenalised(benchmark::State& state, SamplingParams params) {
+  Path path(false, penalised(params));
+  const LogitsChainBatch<float> all = path.batch();
+  const Lists& l = lists();
+  const std::int32_t history[] = {0, kHistory}, bias[] = {0, kBias};
+  const CpuOptions options{static_cast<std::int32_t>(state.range(0))};
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const auto b = static_cast<std::int32_t>(step % kB);
+    LogitsChainBatch<float> one = sequence(all, b);
+    one.history_offsets = history;
+    one.history_tokens = l.h_tokens.data() + b * kHistory;
+    one.history_counts = l.h_counts.data() + b * kHistory;
+    one.bias_offsets = bias;
+    one.bias_tokens = l.b_tokens.data() + b * kBias;
+    one.bias_values = l.b_values.data() + b * kBias;
+    const VerifyStats stats = verify(Standard{}, one, Randomness{1, step}, path.output(), options);
+    ++step;
+    if (stats.accepted != 0) state.SkipWithError("not the rejected path");
+  }
+  state.SetBytesProcessed(state.iterations() * read_bytes(false) / kB);
+}
+
 /// What engines do: dense [rows, V] count tensors (history plus the drafts before each row),
 /// the penalties and bias applied to every element of every row, the softmax, then verify.
 void EnginePenalised(benchmark::State& state, SamplingParams params, bool accepted) {
@@ -459,6 +484,7 @@ BENCHMARK_CAPTURE(ReadPass, rejected, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK(ReadPassOne)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(VerifyOne, temperature/rejected, kTemperature)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(VerifyOne, top_k_top_p/rejected, kTopKTopP)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(VerifyOnePenalised, temperature/rejected, kTemperature)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, top_k_top_p/rejected, kTopKTopP, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(ReadPass, accepted, true)->Unit(benchmark::kMicrosecond);

@@ -4,9 +4,11 @@
 // root's p and q (q not at all for deterministic children), so the yardstick is a read pass over
 // them; next to it, the same walk with the scalar residual (core::residual_mass/residual_draw,
 // what the CPU ran before cpu/residual_kernels.hpp), and a chain rejected at its first draft
-// (one residual draw over the same pair of rows). One thread throughout.
+// (one residual draw over the same pair of rows). One thread throughout, but for TreeVerifyOne:
+// one tree at a time (B = 1) on 1 and 2 threads (its rows' passes split over the row team).
 //
 //   build/release/bench/bench_trees --benchmark_counters_tabular=true
+//   build/release/bench/bench_trees --benchmark_filter='TreeVerifyOne' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -127,6 +129,30 @@ void TreeVerifyStandard(benchmark::State& state) {
   set_bytes(state, how != Drafted::deterministic);
 }
 
+/// One tree at a time (B = 1, cycling through the batch's), on `threads` threads: a row's
+/// residual passes split over the row team.
+void TreeVerifyOne(benchmark::State& state) {
+  const Drafted how = static_cast<Drafted>(state.range(0));
+  TreeSetup& t = tree(how);
+  const std::int32_t n = t.offsets[1], offsets[] = {0, n};
+  const CpuOptions options{static_cast<std::int32_t>(state.range(1))};
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const auto b = static_cast<std::int32_t>(step % kB);
+    TreeBatch<float> one = t.batch;
+    one.batch_size = 1;
+    one.node_offsets = offsets;
+    one.parents = t.parents.data() + std::int64_t{b} * n;
+    one.draft_tokens = t.tokens.data() + std::int64_t{b} * n;
+    one.target_probs = t.root_p(b);
+    if (one.draft_probs) one.draft_probs = t.root_q(b);
+    const VerifyStats stats = verify(Standard{}, one, Randomness{1, step++}, t.output(), options);
+    if (stats.accepted != 0) state.SkipWithError("a child was accepted: not the all-rejected path");
+  }
+  const std::int64_t rows = how != Drafted::deterministic ? 2 : 1;
+  state.SetBytesProcessed(state.iterations() * rows * kV * std::int64_t(sizeof(float)));
+}
+
 /// The CPU rows with the scalar residual passes: the walk as it ran before the vector kernel.
 struct ScalarResidualRows : cpu::Rows<> {
   cpu::Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
@@ -202,6 +228,11 @@ BENCHMARK(TreeReadPass)->Apply(drafted_args);
 BENCHMARK(TreeVerifyStandard)->Apply(drafted_args);
 BENCHMARK(TreeWalkScalarResidual)->Apply(drafted_args);
 BENCHMARK(ChainVerifyStandard)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(TreeVerifyOne)
+    ->ArgNames({"drafted", "threads"})
+    ->ArgsProduct({{0, 1, 2}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace specverify::bench

@@ -9,12 +9,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "specverify/core/overlay.hpp"
 #include "support.hpp"
+#include "trees.hpp"
 
 namespace specverify {
 namespace {
 
 using testing::Chains;
+using testing::draft_children;
+using testing::Trees;
 
 /// B sequences with aligned-but-different p and q over V, drafts sampled from q.
 Chains random_chains(std::int32_t B, std::int32_t V, std::int32_t K, std::uint64_t seed) {
@@ -24,10 +28,15 @@ Chains random_chains(std::int32_t B, std::int32_t V, std::int32_t K, std::uint64
   return c;
 }
 
-std::vector<std::int32_t> run(Chains& c, const Randomness& r, CpuOptions options = {}) {
+template <class Rule>
+std::vector<std::int32_t> run_rule(const Rule& rule, Chains& c, const Randomness& r, CpuOptions options = {}) {
   ChainOutput out = c.output();
-  verify(Standard{}, c.batch(), r, out, options);
+  verify(rule, c.batch(), r, out, options);
   return c.out_tokens;
+}
+
+std::vector<std::int32_t> run(Chains& c, const Randomness& r, CpuOptions options = {}) {
+  return run_rule(Standard{}, c, r, options);
 }
 
 TEST(Determinism, SameInputsSameTokens) {
@@ -232,6 +241,119 @@ TEST(CpuSplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
   EXPECT_GT(dense, 0) << "kept sets as weights";
 }
 
+/// A row's penalty and bias lists (core/penalties.hpp) at n: a long history that holds every 7th
+/// token near the row's end (the last n % 64 elements, which a split row's parts leave) and tokens
+/// everywhere else, two drafts on the path, and a bias that makes token `tie` exactly 14 (the
+/// high tokens' logit: the max is held by an entry and by the row, and the lowest index wins).
+struct SplitLists {
+  std::vector<std::int32_t> history, counts, bias_tokens{}, bias_order{}, drafts;
+  std::vector<float> bias_values;
+
+  SplitLists(std::int32_t n, std::int32_t tie, std::vector<float>& logits, std::mt19937_64& rng) {
+    for (std::int32_t v = 0; v < n; v += 1 + static_cast<std::int32_t>(rng() % 97)) {
+      if (v != tie) history.push_back(v);
+    }
+    for (std::int32_t v = n / 64 * 64; v < n; ++v) {
+      if (v % 7 == 0 && v != tie && !std::binary_search(history.begin(), history.end(), v)) history.push_back(v);
+    }
+    std::sort(history.begin(), history.end());
+    for (std::size_t k = 0; k < history.size(); ++k) counts.push_back(static_cast<std::int32_t>(rng() % 4));
+    drafts = {history[history.size() / 2], static_cast<std::int32_t>(rng() % std::uint64_t(n)), 3};
+    logits[std::size_t(tie)] = 2.0f;  // 2 + 12 = 14 exactly; not in the history, so no penalty
+    bias_tokens = {n - 1, tie, 5};
+    bias_values = {-3.0f, 12.0f, 2.5f};
+    bias_order = {2, 1, 0};  // token order
+  }
+
+  core::PenaltyLists of() const {
+    core::PenaltyLists l;
+    l.history_tokens = history.data();
+    l.history_counts = counts.data();
+    l.history_size = static_cast<std::int32_t>(history.size());
+    l.bias_tokens = bias_tokens.data();
+    l.bias_values = bias_values.data();
+    l.bias_order = bias_order.data();
+    l.bias_size = static_cast<std::int32_t>(bias_tokens.size());
+    l.drafts = drafts.data();
+    l.path_end = 2;
+    l.penalise = true;
+    return l;
+  }
+};
+
+TEST(CpuSplitRows, PenalisedRowsPrePassAndDrawsMatchTheUnsplitRow) {
+  const cpu::TeamLease lease(cpu::RowTeam::instance());
+  ASSERT_NE(lease.team(), nullptr);
+  cpu::RowTeam& team = *lease.team();
+  std::mt19937_64 rng(14);
+  // repetition, presence, frequency with T alone, min_p, greedy, top_k (listed), top_p (dense).
+  SamplingParams params[] = {{0.8f, 0, 1.0f, 0.0f}, {1.3f, 0, 1.0f, 0.05f}, {0.0f, 0, 1.0f, 0.0f},
+                             {0.8f, 50, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f}};
+  for (SamplingParams& sp : params) {
+    sp.repetition_penalty = 1.3f;
+    sp.presence_penalty = 0.5f;
+    sp.frequency_penalty = 0.25f;
+  }
+  std::int32_t compared = 0, entry_argmax = 0, row_argmax = 0;
+  for (const std::int32_t n : {32768 + 45, 100003}) {
+    for (const bool early : {true, false}) {  // the tied entry before or after the row's high tokens
+      SplitLogits l(n, rng), m(n, rng);
+      const std::int32_t tie = early ? 7 : n - 3;
+      const SplitLists lp(n, tie, l.logits, rng), lq(n, tie, m.logits, rng);
+      for (const bool masked : {false, true}) {
+        for (const SamplingParams& sp : params) {
+          core::OverlayRoom rooms[2];
+          const auto row_of = [&](const SplitLogits& s, const SplitLists& lists, core::OverlayRoom& room) {
+            core::LogitRow<float> row;
+            row.logits = s.logits.data();
+            row.n = n;
+            row.params = sp;
+            row.lists = lists.of();
+            if (masked) row.allowed = s.allowed.data();
+            room.build(row);
+            return row;
+          };
+          const core::LogitRow<float> rp = row_of(l, lp, rooms[0]), rq = row_of(m, lq, rooms[1]);
+          ASSERT_GT(rp.overlay.size, n / 100);
+          std::vector<float> scratch_a(std::size_t(2) * n), scratch_b(std::size_t(2) * n);
+          const cpu::LogitRows<> whole{n};
+          const auto p = cpu::prepare(rp, scratch_a.data()), q = cpu::prepare(rq, scratch_a.data() + n);
+          ASSERT_TRUE(p.ok && p.has_mass());
+          (rp.overlay.find(p.argmax) >= 0 ? entry_argmax : row_argmax) += 1;
+          for (const std::int32_t parts : {2, 3, 6}) {
+            const cpu::LogitRows<> split{n, cpu::RowSplit{&team, parts}};
+            const auto ps = cpu::prepare(rp, scratch_b.data(), split.split);
+            const auto qs = cpu::prepare(rq, scratch_b.data() + n, split.split);
+            for (const auto* pair : {&p, &q}) {
+              const auto& a = *pair;
+              const auto& b = pair == &p ? ps : qs;
+              ASSERT_EQ(a.ok, b.ok);
+              ASSERT_EQ(a.argmax, b.argmax) << "n " << n << " parts " << parts << " early " << early;
+              ASSERT_EQ(bits(a.max), bits(b.max));
+              ASSERT_EQ(bits(a.threshold), bits(b.threshold)) << "min_p " << sp.min_p << " top_p " << sp.top_p;
+              ASSERT_EQ(a.norm, b.norm) << "n " << n << " parts " << parts << " T " << sp.temperature;
+              ASSERT_EQ(a.listed, b.listed);
+              for (std::int32_t i = 0; i < a.listed; ++i) ASSERT_EQ(a.kept[i], b.kept[i]) << "kept " << i;
+              ASSERT_EQ(a.weights == nullptr, b.weights == nullptr);
+              if (a.weights) {
+                ASSERT_EQ(0, std::memcmp(a.weights, b.weights, sizeof(float) * std::size_t(n)));
+              }
+            }
+            for (const float u : {0.0f, 0.3f, 0.7f, 0.99999994f}) {
+              ASSERT_EQ(whole.draw_residual(p, &q, -1, u).value, split.draw_residual(ps, &qs, -1, u).value);
+              ASSERT_EQ(whole.draw_target(p, u).value, split.draw_target(ps, u).value);
+            }
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 2 * 2 * 2 * 5 * 3);
+  EXPECT_GT(entry_argmax, 0) << "the max held first by an entry";
+  EXPECT_GT(row_argmax, 0) << "the max held first by the row";
+}
+
 TEST(CpuSplitRows, APrePassFindsABadValueInAnyPart) {
   const cpu::TeamLease lease(cpu::RowTeam::instance());
   ASSERT_NE(lease.team(), nullptr);
@@ -365,6 +487,65 @@ TEST(CpuSplitRows, ProbabilityChainsGiveOneThreadsBitsAtAnyThreadCount) {
       }
     }
     EXPECT_EQ(parts_hit.size(), 2u) << "draws in both halves of the row";
+  }
+}
+
+TEST(CpuSplitRows, TreeResidualsAndBlockGiveOneThreadsBitsAtAnyThreadCount) {
+  // A root with four children drafted from a q clumped apart from p (so siblings are rejected and
+  // absorbed, each one a residual pass over the row), one grandchild; and Block's scaled residual
+  // on a chain. Clumped rows spread the residual's mass over the whole row.
+  std::mt19937_64 rng(17);
+  const std::int32_t V = 70001;
+  const auto normalised = [&] {
+    std::vector<float> row = clumped_row(V, rng, 1.0f);
+    double total = 0.0;
+    for (const float v : row) total += v;
+    for (float& v : row) v = static_cast<float>(v / total);
+    return row;
+  };
+  std::set<std::int32_t> halves;
+  for (const Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement, Drafted::deterministic}) {
+    Trees t(V, how);
+    std::vector<std::vector<float>> ps, qs;
+    for (std::int32_t r = 0; r < 6; ++r) {
+      ps.push_back(normalised());
+      qs.push_back(normalised());
+    }
+    std::vector<std::int32_t> xs = draft_children(qs[0], 4, how, rng);
+    xs.push_back(draft_children(qs[1], 1, how, rng)[0]);
+    t.add({-1, -1, -1, -1, 0}, xs, ps, qs);
+    for (std::uint64_t step = 0; step < 12; ++step) {
+      verify(Standard{}, t.batch(), Randomness{5, step}, t.output(), CpuOptions{1});
+      const auto tokens = t.out_tokens, nodes = t.nodes, accepted = t.accepted;
+      const auto logprobs = t.logprobs;
+      halves.insert(tokens[std::size_t(accepted[0])] / (V / 2 + 1));
+      for (const std::int32_t threads : {2, 4, 0}) {
+        verify(Standard{}, t.batch(), Randomness{5, step}, t.output(), CpuOptions{threads});
+        ASSERT_EQ(tokens, t.out_tokens) << "drafted " << int(how) << " threads " << threads;
+        ASSERT_EQ(nodes, t.nodes);
+        ASSERT_EQ(accepted, t.accepted);
+        ASSERT_EQ(0, std::memcmp(logprobs.data(), t.logprobs.data(), sizeof(float) * logprobs.size()));
+      }
+    }
+  }
+  EXPECT_EQ(halves.size(), 2u) << "draws in both halves of the row";
+  Chains c(V);
+  std::vector<std::vector<float>> ps, qs;
+  std::vector<std::int32_t> xs;
+  for (std::int32_t j = 0; j < 3; ++j) {
+    ps.push_back(normalised());
+    qs.push_back(normalised());
+    xs.push_back(static_cast<std::int32_t>(std::max_element(qs.back().begin(), qs.back().end()) - qs.back().begin()));
+  }
+  ps.push_back(normalised());
+  c.add(xs, ps, qs);
+  for (std::uint64_t step = 0; step < 12; ++step) {
+    const auto one = run_rule(Block{}, c, Randomness{6, step}, CpuOptions{1});
+    const auto accepted = c.accepted;
+    for (const std::int32_t threads : {2, 4, 0}) {
+      ASSERT_EQ(one, run_rule(Block{}, c, Randomness{6, step}, CpuOptions{threads})) << "Block, threads " << threads;
+      ASSERT_EQ(accepted, c.accepted);
+    }
   }
 }
 

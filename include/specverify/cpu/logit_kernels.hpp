@@ -346,8 +346,11 @@ struct Scan {
 
 inline constexpr std::int32_t kCompactAt = 256;
 
+/// The read of row elements [from, n) (from a multiple of 64) and of every overlay entry: max,
+/// lowest argmax, validation, and with `collect` the candidates into scratch. from > 0 reads what
+/// a split row's parts leave (split_scan).
 template <class Arch, Entries kEntries, class Logit>
-Scan scan(const LogitRow<Logit>& row, bool collect, std::int32_t k, float* scratch) {
+Scan scan(const LogitRow<Logit>& row, bool collect, std::int32_t k, float* scratch, std::int32_t from = 0) {
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
   const std::int32_t n = row.n;
@@ -365,7 +368,7 @@ Scan scan(const LogitRow<Logit>& row, bool collect, std::int32_t k, float* scrat
     count = static_cast<std::int32_t>(std::partition(scratch, scratch + count, [&](float g) { return g >= pivot; }) - scratch);
     compact_at = std::max(compact_at, 2 * count);  // ties at the pivot: amortise
   };
-  std::int32_t i = 0;
+  std::int32_t i = from;
   for (; i + 2 * W <= n; i += 2 * W) {
     const B g0 = load_g<Arch, kEntries, true>(row, i, ok);
     const B g1 = load_g<Arch, kEntries, true>(row, i + W, ok);
@@ -417,7 +420,7 @@ Scan scan(const LogitRow<Logit>& row, bool collect, std::int32_t k, float* scrat
     }
   }
   FB<Arch> unused(true);
-  for (i = 0; i + W <= stop; i += W) {
+  for (i = std::min(from, stop); i + W <= stop; i += W) {
     if (xsimd::any(load_g<Arch, kEntries>(row, i, unused) == B(r.max))) break;
   }
   for (; i < n; ++i) {
@@ -443,8 +446,12 @@ struct WeightSums {
 /// min_w > 0 is min_p: w is non-decreasing in g, so that is a value threshold too, and
 /// view.threshold becomes the lowest kept g, `lowest` (a minimum: the overlay's tokens must be
 /// `excluded` then; a sum alone may read them `replaced`).
+/// Elements [from, n) and every overlay entry: from > 0 is what a split row's parts leave.
+/// With `entry_out`, entry k's weight goes to entry_out[k] instead of its place in out (a split
+/// row's parts write out beside this pass).
 template <class Arch, Entries kEntries, class Logit>
-WeightSums weights_sums(const LogitView<Logit>& view, float min_w, float* out) {
+WeightSums weights_sums(const LogitView<Logit>& view, float min_w, float* out, std::int32_t from = 0,
+                        float* entry_out = nullptr) {
   static_assert(kEntries != Entries::patched, "the weights pass computes the values patched reads");
   using B = F<Arch>;
   constexpr std::int32_t W = B::size;
@@ -466,7 +473,7 @@ WeightSums weights_sums(const LogitView<Logit>& view, float min_w, float* out) {
   const auto weights = [&](std::int32_t i) SPECVERIFY_LAMBDA_INLINE {
     return weights_of(load_g<Arch, kEntries>(row, i, unused));
   };
-  std::int32_t i = 0;
+  std::int32_t i = from;
   for (; i + 2 * W <= n; i += 2 * W) {
     const B w0 = weights(i), w1 = weights(i + W);
     w0.store_unaligned(out + i);
@@ -490,7 +497,7 @@ WeightSums weights_sums(const LogitView<Logit>& view, float min_w, float* out) {
       const B w = weights_of(load_lanes<Arch>(o.value + k, len, -core::kInf));
       add_weights<Arch>(lanes, w);
       w.store_aligned(ws);
-      for (std::int32_t j = 0; j < len; ++j) out[o.index[k + j]] = ws[j];
+      for (std::int32_t j = 0; j < len; ++j) (entry_out ? entry_out[k + j] : out[o.index[k + j]]) = ws[j];
     });
   }
   core::FixedSum s;
@@ -521,16 +528,26 @@ void weights_pass(LogitView<Logit>& view, float min_w, float* out) {
   apply(view, min_w, weights_sums<Arch, kEntries>(view, min_w, out));
 }
 
-/// Elements [begin, end) of a row as a row of their own (no overlay, indexed by target ids):
-/// begin is a multiple of 32, so the bitmask's words shift whole.
+/// Elements [begin, end) of a row as a row of their own (indexed by target ids): begin is a
+/// multiple of 32, so the bitmask's words shift whole. Of an overlay only its bits come along
+/// (an `excluded` read of the part skips its entries, which the whole row's read then visits).
 template <class Logit>
 LogitRow<Logit> slice(const LogitRow<Logit>& row, std::int32_t begin, std::int32_t end) {
   LogitRow<Logit> part = row;
   part.logits += begin;
   if (part.unconditional) part.unconditional += begin;
   if (part.allowed) part.allowed += begin / 32;
+  part.overlay = core::Overlay{};
+  if (row.overlay.size) part.overlay.bits = row.overlay.bits + begin / 32;
   part.n = end - begin;
   return part;
+}
+
+/// Where a split row's parts end: a row with an overlay leaves its last n % 64 elements, which
+/// the read of its entries takes (their tail has no vector form of the entries' lookup).
+template <class Logit>
+std::int32_t parts_end(const LogitRow<Logit>& row) {
+  return row.overlay.size ? row.n / RowSplit::kBlock * RowSplit::kBlock : row.n;
 }
 
 /// scan() of a row split over the team: the maxima merged in part order, so the argmax is the
@@ -541,12 +558,28 @@ LogitRow<Logit> slice(const LogitRow<Logit>& row, std::int32_t begin, std::int32
 /// alone, not on the extra candidates or their order.
 template <class Arch, class Logit>
 Scan split_scan(const LogitRow<Logit>& row, const RowSplit& split, bool collect, std::int32_t k, float* scratch) {
+  const bool overlay = row.overlay.size > 0;
+  const std::int32_t end_of_parts = parts_end(row);
   std::vector<Scan> parts(static_cast<std::size_t>(split.parts));
-  split.for_parts(row.n, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
-    Scan s = scan<Arch, Entries::none>(slice(row, begin, end), collect, k, scratch + begin);
+  const auto part_scan = [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
+    const LogitRow<Logit> piece = slice(row, begin, end);
+    Scan s = overlay ? scan<Arch, Entries::excluded>(piece, collect, k, scratch + begin)
+                     : scan<Arch, Entries::none>(piece, collect, k, scratch + begin);
     if (s.argmax >= 0) s.argmax += begin;
     parts[part] = s;
-  });
+  };
+  // A row with an overlay: its entries (which the parts read as -inf) and its last elements are
+  // read beside the parts, their candidates into a list of their own.
+  std::vector<float> candidates;
+  Scan rest;
+  if (overlay) {
+    candidates.resize(collect ? std::size_t(row.n - end_of_parts + row.overlay.size + 2 * F<Arch>::size) : 0);
+    split.for_parts_and(end_of_parts, part_scan, [&] {
+      rest = scan<Arch, Entries::excluded>(row, collect, k, candidates.data(), end_of_parts);
+    });
+  } else {
+    split.for_parts(end_of_parts, part_scan);
+  }
   Scan merged;
   for (std::int32_t part = 0; part < split.parts; ++part) {
     const Scan& s = parts[static_cast<std::size_t>(part)];
@@ -556,9 +589,22 @@ Scan split_scan(const LogitRow<Logit>& row, const RowSplit& split, bool collect,
       merged.argmax = s.argmax;
     }
     if (collect) {  // merged.collected <= this part's start: the move never overtakes a list
-      std::memmove(scratch + merged.collected, scratch + split.begin(part, row.n), sizeof(float) * std::size_t(s.collected));
+      std::memmove(scratch + merged.collected, scratch + split.begin(part, end_of_parts), sizeof(float) * std::size_t(s.collected));
       merged.collected += s.collected;
     }
+  }
+  if (!overlay) return merged;
+  // The rest's candidates go after the parts': the parts collected none of the entries, so the two
+  // lists together hold at most n values.
+  const Scan& s = rest;
+  merged.ok = merged.ok && s.ok;
+  if (s.max > merged.max || (s.max == merged.max && s.argmax >= 0 && s.argmax < merged.argmax)) {
+    merged.max = s.max;
+    merged.argmax = s.argmax;
+  }
+  if (collect) {
+    std::copy(candidates.data(), candidates.data() + s.collected, scratch + merged.collected);
+    merged.collected += s.collected;
   }
   return merged;
 }
@@ -567,12 +613,28 @@ Scan split_scan(const LogitRow<Logit>& row, const RowSplit& split, bool collect,
 /// and lowest kept value merge exactly.
 template <class Arch, class Logit>
 void split_weights_pass(LogitView<Logit>& view, float min_w, float* out, const RowSplit& split) {
-  std::vector<WeightSums> parts(static_cast<std::size_t>(split.parts));
-  split.for_parts(view.row.n, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
+  const bool overlay = view.row.overlay.size > 0;
+  const std::int32_t end_of_parts = parts_end(view.row);
+  std::vector<WeightSums> parts(static_cast<std::size_t>(split.parts) + (overlay ? 1 : 0));
+  const auto part_sums = [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
     LogitView<Logit> piece = view;
     piece.row = slice(view.row, begin, end);
-    parts[part] = weights_sums<Arch, Entries::none>(piece, min_w, out + begin);
-  });
+    parts[part] = overlay ? weights_sums<Arch, Entries::excluded>(piece, min_w, out + begin)
+                          : weights_sums<Arch, Entries::none>(piece, min_w, out + begin);
+  };
+  if (overlay) {
+    // The entries and the row's last elements beside the parts; the entries' weights then replace
+    // the 0s the parts wrote in their places.
+    const core::Overlay& o = view.row.overlay;
+    std::vector<float> entry_weights(static_cast<std::size_t>(o.size));
+    split.for_parts_and(end_of_parts, part_sums, [&] {
+      parts.back() = weights_sums<Arch, Entries::excluded>(view, min_w, out, end_of_parts, entry_weights.data());
+    });
+    const std::int32_t body = end_of_parts + (view.row.n - end_of_parts) / F<Arch>::size * F<Arch>::size;
+    for (std::int32_t k = 0; k < o.size && o.index[k] < body; ++k) out[o.index[k]] = entry_weights[static_cast<std::size_t>(k)];
+  } else {
+    split.for_parts(end_of_parts, part_sums);
+  }
   WeightSums merged;
   for (const WeightSums& s : parts) {
     merged.norm.merge(s.norm);
@@ -724,8 +786,8 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch, const RowSp
   const bool collect = top_k || top_p;
   const std::int32_t k = top_k ? params.top_k : 0;
   const bool overlay = row.overlay.size > 0;
-  // A split row reads the row alone: no overlay (its entries are the whole row's), target ids.
-  const bool split_row = split.active() && !overlay && !row.target_to_draft;
+  // Rows of a reduced draft vocabulary (indexed through their map) are read unsplit.
+  const bool split_row = split.active() && !row.target_to_draft;
   const d::Scan s = split_row ? d::split_scan<Arch>(row, split, collect, k, scratch)
                     : overlay ? d::scan<Arch, d::Entries::excluded>(row, collect, k, scratch)
                               : d::scan<Arch, d::Entries::none>(row, collect, k, scratch);
@@ -773,7 +835,8 @@ LogitView<Logit> prepare(const LogitRow<Logit>& row, float* scratch, const RowSp
   }
   view.norm = d::candidate_sum<Arch>(scratch, m, view.threshold, view.max, view.inv_temperature).value();
   view.inv_norm = static_cast<float>(1.0 / view.norm);
-  d::list_kept<Arch>(view, scratch, split_row ? split : RowSplit{});
+  // The list's pass reads an overlay's entries in row order (patched): unsplit.
+  d::list_kept<Arch>(view, scratch, split_row && !overlay ? split : RowSplit{});
   return view;
 }
 

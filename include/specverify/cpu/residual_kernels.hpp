@@ -23,6 +23,7 @@
 #include "specverify/cpu/draw.hpp"
 #include "specverify/cpu/fused.hpp"
 #include "specverify/cpu/row_kernels.hpp"
+#include "specverify/cpu/split_row.hpp"
 
 namespace specverify::cpu {
 
@@ -129,13 +130,33 @@ class ResidualLanes {
   PairScreen<Arch> screen_;     // what the pass saw of p and q, for the bound
 };
 
+/// ResidualLanes as a split row's pass (cpu/split_row.hpp): each part takes a copy of lanes built
+/// on the calling thread, whose special tokens the parts then only read.
+template <class Arch>
+struct ResidualPass {
+  ResidualLanes<Arch> lanes;
+
+  template <class D>
+  SPECVERIFY_ALWAYS_INLINE void operator()(std::int32_t i, D& lo, D& hi) {
+    lanes(i, lo, hi);
+  }
+  double operator()(std::int32_t v) const { return lanes(v); }
+  Checked<double> check() const { return lanes(); }
+};
+
 }  // namespace detail
 
 /// Mass of the residual after rejecting sibling x (kNoToken: the residual itself), and whether
-/// every value read is a valid probability.
+/// every value read is a valid probability; a split row's parts on the team.
 template <class Arch = DefaultArch>
-Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_t x, std::int32_t n) {
+Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_t x, std::int32_t n,
+                              const RowSplit& split = {}) {
   detail::ResidualLanes<Arch> lanes(r, x, n);
+  if (split.active()) {
+    const auto make_pass = [&] { return detail::ResidualPass<Arch>{lanes}; };
+    const SplitSums<Arch, decltype(make_pass)> sums(split, make_pass, n);
+    return {sums.ok() ? sums.mass() : 0.0, sums.ok()};
+  }
   ChunkSums sums;
   sum_chunks<Arch>(lanes, lanes, n, 1.0, sums);
   const Checked<double> bound = lanes();
@@ -150,8 +171,9 @@ Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_
 /// -1 when there is no mass.
 template <class Arch = DefaultArch>
 Checked<std::int32_t> residual_draw(const core::Residual<const float*>& r, std::int32_t x, float u,
-                                    std::int32_t n) {
+                                    std::int32_t n, const RowSplit& split = {}) {
   detail::ResidualLanes<Arch> lanes(r, x, n);
+  if (split.active()) return cpu::draw<Arch>(split, [&] { return detail::ResidualPass<Arch>{lanes}; }, n, u);
   return cpu::draw<Arch>([&](std::int32_t i, auto& lo, auto& hi) SPECVERIFY_LAMBDA_INLINE { lanes(i, lo, hi); },
                          [&](std::int32_t v) { return lanes(v); }, [&] { return lanes(); }, n, u);
 }

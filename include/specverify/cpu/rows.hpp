@@ -65,9 +65,11 @@ struct Rows {
 
   // A node's residual (cpu/residual_kernels.hpp): a tree's after rejected siblings, or block
   // verification's scaled one; one vector pass, the scalar definition's weights.
-  Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const { return residual_mass<Arch>(r, x, n); }
+  Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
+    return residual_mass<Arch>(r, x, n, split);
+  }
   Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
-    return residual_draw<Arch>(r, x, u, n);
+    return residual_draw<Arch>(r, x, u, n, split);
   }
 
  private:

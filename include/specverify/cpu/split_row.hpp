@@ -27,9 +27,9 @@ struct RowSplit {
   std::int32_t parts = 1;
 
   /// `threads` parts (the call's thread allowance) of rows of n, or fewer so that each holds at
-  /// least kMinPart elements (at most RowTeam::kMaxParts).
+  /// least kMinPart elements (below RowTeam::kMaxParts: for_parts_and runs one task more).
   static std::int32_t parts_for(std::int32_t n, std::int32_t threads) {
-    return std::max(1, std::min({threads, n / kMinPart, RowTeam::kMaxParts}));
+    return std::max(1, std::min({threads, n / kMinPart, RowTeam::kMaxParts - 1}));
   }
 
   bool active() const { return parts > 1; }
@@ -45,6 +45,18 @@ struct RowSplit {
   template <class Fn>
   void for_parts(std::int32_t n, const Fn& fn) const {
     team->run(parts, [&](std::int32_t part) { fn(part, begin(part, n), begin(part + 1, n)); });
+  }
+
+  /// for_parts, and extra() as one more task beside the parts (the work they leave).
+  template <class Fn, class Extra>
+  void for_parts_and(std::int32_t n, const Fn& fn, const Extra& extra) const {
+    team->run(parts + 1, [&](std::int32_t part) {
+      if (part == parts) {
+        extra();
+      } else {
+        fn(part, begin(part, n), begin(part + 1, n));
+      }
+    });
   }
 };
 
@@ -78,56 +90,86 @@ struct LanePass {
   Checked<double> check() const { return {bound, true}; }
 };
 
-/// cpu::draw over a split row: the parts' chunk sums on the team, then the crossing located in the
-/// part where it lies, from the exact sum of the parts before it. make_pass() gives each part its
-/// own pass (passes may keep state, as WeightsPass's screen does); check() is a function of the
-/// row alone, so the parts' bounds agree (they are merged as the largest, validity as all).
+/// A split row's weights summed part by part on the team: each part's chunk sums, at the scale
+/// the merged bound asks for (a second pass only where it is not 1). make_pass() gives each part
+/// its own pass (passes may keep state, as WeightsPass's screen does); check() is a function of
+/// the row alone, so the parts' bounds agree (they are merged as the largest, validity as all).
+/// The row's mass, and what a draw locates its crossing in.
 template <class Arch, class MakePass>
-Checked<std::int32_t> draw(const RowSplit& split, const MakePass& make_pass, std::int32_t n, float u) {
+class SplitSums {
+ public:
+  SplitSums(const RowSplit& split, const MakePass& make_pass, std::int32_t n)
+      : split_(split), make_pass_(make_pass), n_(n), parts_(static_cast<std::size_t>(split.parts)) {
+    sum_parts();
+    for (const Part& part : parts_) {
+      ok_ = ok_ && part.bound.ok;
+      bound_ = std::max(bound_, part.bound.value);
+    }
+    if (!ok_) return;
+    if (!core::fixed_in_domain(bound_, n)) {
+      scale_ = core::fixed_scale(bound_, n);
+      sum_parts();
+    }
+    for (const Part& part : parts_) total_.merge(part.sums.total);
+  }
+
+  /// Whether every value read was valid.
+  bool ok() const { return ok_; }
+  /// The sum of the weights (0 without mass).
+  double mass() const { return total_.value() / scale_; }
+
+  /// The smallest i with w_0 + ... + w_i > u * sum(w), located in the part where it lies from
+  /// the exact sum of the parts before it; -1 without mass.
+  std::int32_t locate(float u) const {
+    if (!total_.positive()) return -1;
+    const double threshold = static_cast<double>(u) * total_.value();
+    core::FixedSum before;
+    for (std::int32_t part = 0; part < split_.parts; ++part) {
+      core::FixedSum through = before;
+      through.merge(parts_[static_cast<std::size_t>(part)].sums.total);
+      if (through.value() > threshold || part + 1 == split_.parts) {
+        const std::int32_t begin = split_.begin(part, n_);
+        auto pass = make_pass_();
+        ShiftedPass<decltype(pass)> shifted{pass, begin};
+        const std::int32_t i = cpu::locate<Arch>(shifted, shifted, split_.begin(part + 1, n_) - begin, scale_,
+                                                 parts_[static_cast<std::size_t>(part)].sums, before, threshold);
+        return i < 0 ? -1 : begin + i;
+      }
+      before = through;
+    }
+    return -1;  // no parts: unreachable for a split row
+  }
+
+ private:
   struct Part {
     ChunkSums sums;
     Checked<double> bound;
   };
-  std::vector<Part> parts(static_cast<std::size_t>(split.parts));
-  const auto sum_parts = [&](double scale) {
-    split.for_parts(n, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
-      auto pass = make_pass();
+
+  void sum_parts() {
+    split_.for_parts(n_, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
+      auto pass = make_pass_();
       ShiftedPass<decltype(pass)> shifted{pass, begin};
-      sum_chunks<Arch>(shifted, shifted, end - begin, scale, parts[part].sums);
-      parts[part].bound = pass.check();
+      sum_chunks<Arch>(shifted, shifted, end - begin, scale_, parts_[static_cast<std::size_t>(part)].sums);
+      parts_[static_cast<std::size_t>(part)].bound = pass.check();
     });
-  };
-  double scale = 1.0;
-  sum_parts(scale);
-  Checked<double> bound{0.0, true};
-  for (const Part& part : parts) {
-    bound.ok = bound.ok && part.bound.ok;
-    bound.value = std::max(bound.value, part.bound.value);
   }
-  if (!bound.ok) return {-1, false};
-  if (!core::fixed_in_domain(bound.value, n)) {
-    scale = core::fixed_scale(bound.value, n);
-    sum_parts(scale);
-  }
-  core::FixedSum total;
-  for (const Part& part : parts) total.merge(part.sums.total);
-  if (!total.positive()) return {-1, true};
-  const double threshold = static_cast<double>(u) * total.value();
-  core::FixedSum before;
-  for (std::int32_t part = 0; part < split.parts; ++part) {
-    core::FixedSum through = before;
-    through.merge(parts[part].sums.total);
-    if (through.value() > threshold || part + 1 == split.parts) {
-      const std::int32_t begin = split.begin(part, n);
-      auto pass = make_pass();
-      ShiftedPass<decltype(pass)> shifted{pass, begin};
-      const std::int32_t i =
-          locate<Arch>(shifted, shifted, split.begin(part + 1, n) - begin, scale, parts[part].sums, before, threshold);
-      return {i < 0 ? -1 : begin + i, true};
-    }
-    before = through;
-  }
-  return {-1, true};  // no parts: unreachable for a split row
+
+  const RowSplit& split_;
+  const MakePass& make_pass_;
+  std::int32_t n_;
+  std::vector<Part> parts_;
+  bool ok_ = true;
+  double bound_ = 0.0, scale_ = 1.0;
+  core::FixedSum total_;
+};
+
+/// cpu::draw over a split row: the same token as the unsplit draw, for any number of parts.
+template <class Arch, class MakePass>
+Checked<std::int32_t> draw(const RowSplit& split, const MakePass& make_pass, std::int32_t n, float u) {
+  const SplitSums<Arch, MakePass> sums(split, make_pass, n);
+  if (!sums.ok()) return {-1, false};
+  return {sums.locate(u), true};
 }
 
 }  // namespace specverify::cpu
