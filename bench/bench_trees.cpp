@@ -5,7 +5,8 @@
 // them; next to it, the same walk with the scalar residual (core::residual_mass/residual_draw,
 // what the CPU ran before cpu/residual_kernels.hpp), and a chain rejected at its first draft
 // (one residual draw over the same pair of rows). One thread throughout, but for TreeVerifyOne:
-// one tree at a time (B = 1) on 1 and 2 threads (its rows' passes split over the row team).
+// one tree at a time (B = 1) on 1 and 2 threads (its rows' passes split over the row team), and
+// LogitsTreeVerifyOne, the same over logits rows (T = 0.8, four rejected children of the root).
 //
 //   build/release/bench/bench_trees --benchmark_counters_tabular=true
 //   build/release/bench/bench_trees --benchmark_filter='TreeVerifyOne' --benchmark_repetitions=5
@@ -153,6 +154,48 @@ void TreeVerifyOne(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * rows * kV * std::int64_t(sizeof(float)));
 }
 
+/// Logits trees one at a time (B = 1), T = 0.8, the root's four children rejected (p's logit at
+/// each of them -1e30: weight 0), on `threads` threads: the residual passes over logits views
+/// (cpu/logit_residual.hpp).
+struct LogitsTree {
+  static constexpr std::int32_t kNodes = 5;
+  std::vector<float> target, draft;
+  std::vector<std::int32_t> offsets{0, kNodes}, parents{-1, -1, -1, -1, 0}, tokens{17, 4242, 99999, 123456, 5};
+  std::vector<std::int32_t> out = std::vector<std::int32_t>(3), accepted = std::vector<std::int32_t>(1);
+  SamplingParams params{0.8f, 0, 1.0f, 0.0f};
+  LogitsTreeBatch<float> batch;
+  LogitsTree() : target(std::size_t(kNodes + 1) * kV), draft(std::size_t(kNodes + 1) * kV) {
+    std::mt19937_64 rng(3);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (std::size_t i = 0; i < target.size(); ++i) {
+      target[i] = normal(rng);
+      draft[i] = target[i] + 0.5f * normal(rng);
+    }
+    for (std::int32_t c = 0; c < 4; ++c) target[std::size_t(tokens[std::size_t(c)])] = -1e30f;
+    batch.batch_size = 1;
+    batch.vocab_size = kV;
+    batch.node_offsets = offsets.data();
+    batch.parents = parents.data();
+    batch.draft_tokens = tokens.data();
+    batch.target_logits = target.data();
+    batch.draft_logits = draft.data();
+    batch.target_params = &params;
+    batch.draft_params = &params;
+  }
+};
+
+void LogitsTreeVerifyOne(benchmark::State& state) {
+  static LogitsTree t;
+  const CpuOptions options{static_cast<std::int32_t>(state.range(0))};
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const VerifyStats stats = verify(Standard{}, t.batch, Randomness{1, step++},
+                                     TreeOutput{t.out.data(), 3, t.accepted.data()}, options);
+    if (stats.accepted != 0) state.SkipWithError("a child was accepted: not the all-rejected path");
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kV * std::int64_t(sizeof(float)));
+}
+
 /// The CPU rows with the scalar residual passes: the walk as it ran before the vector kernel.
 struct ScalarResidualRows : cpu::Rows<> {
   cpu::Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
@@ -233,6 +276,7 @@ BENCHMARK(TreeVerifyOne)
     ->ArgsProduct({{0, 1, 2}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+BENCHMARK(LogitsTreeVerifyOne)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace specverify::bench

@@ -13,10 +13,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "specverify/heads.hpp"
+#include "penalty_lists.hpp"
 #include "support.hpp"
 #include "typical_acceptance.hpp"
 
@@ -127,6 +129,87 @@ TEST(Concurrency, ThreadsCallingVerifyAtOnceMatchSerialCalls) {
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_EQ(calls[t], 3 * static_cast<int>(jobs.size())) << "thread " << t;
     EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+  }
+}
+
+TEST(Concurrency, SplitPenalisedRowsAndTreeResidualsMatchOneThread) {
+  // Under ThreadSanitizer, the team's parts beside the work they leave (a penalised row's entries
+  // and last elements) and residual passes whose parts each copy one pass (probability and logits
+  // trees whose root children are rejected): every output as one thread gives it.
+  constexpr std::int32_t V = 65536, N = 4;
+  std::mt19937_64 rng(21);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> target(std::size_t(N + 1) * V), draft(std::size_t(N + 1) * V), p_rows, q_rows;
+  for (std::size_t i = 0; i < target.size(); ++i) {
+    target[i] = normal(rng);
+    draft[i] = target[i] + normal(rng);
+  }
+  const std::vector<std::int32_t> parents{-1, -1, -1, 0}, tokens{11, 22222, 33333, 7};
+  for (std::int32_t c = 0; c < 3; ++c) target[std::size_t(tokens[std::size_t(c)])] = -1e30f;  // p = 0: rejected
+  testing::PenaltyListArrays lists;
+  for (std::int32_t v = 0; v < V; v += 1 + static_cast<std::int32_t>(rng() % 29)) {
+    lists.h_tokens.push_back(v);
+    lists.h_counts.push_back(static_cast<std::int32_t>(rng() % 3));
+  }
+  lists.b_tokens = {V - 2, 5};
+  lists.b_values = {9.0f, -1.0f};
+  lists.end_sequence();
+  SamplingParams params{0.9f, 0, 1.0f, 0.0f};
+  params.repetition_penalty = 1.2f;
+  params.frequency_penalty = 0.3f;
+  const std::int32_t chain_offsets[] = {0, 2}, tree_offsets[] = {0, N};
+  for (const Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement}) {
+    LogitsTreeBatch<float> tree;
+    tree.batch_size = 1;
+    tree.vocab_size = V;
+    tree.node_offsets = tree_offsets;
+    tree.parents = parents.data();
+    tree.draft_tokens = tokens.data();
+    tree.target_logits = target.data();
+    tree.draft_logits = draft.data();
+    tree.target_params = &params;
+    tree.drafted = how;
+    lists.attach(tree);
+    LogitsChainBatch<float> chain;
+    chain.batch_size = 1;
+    chain.vocab_size = V;
+    chain.draft_offsets = chain_offsets;
+    chain.draft_tokens = tokens.data();
+    chain.target_logits = target.data();
+    chain.draft_logits = draft.data();
+    chain.target_params = &params;
+    lists.attach(chain);
+    // The probability tree: the logits' softmax, row by row.
+    p_rows.clear();
+    q_rows.clear();
+    for (std::int32_t r = 0; r <= N; ++r) {
+      for (auto* rows : {&p_rows, &q_rows}) {
+        const float* l = (rows == &p_rows ? target.data() : draft.data()) + std::size_t(r) * V;
+        const auto p = testing::softmax(std::vector<double>(l, l + V));
+        rows->insert(rows->end(), p.begin(), p.end());
+      }
+    }
+    TreeBatch<float> prob_tree{1, V, tree_offsets, parents.data(), tokens.data(), p_rows.data(), q_rows.data()};
+    prob_tree.drafted = how;
+    for (std::uint64_t step = 0; step < 4; ++step) {
+      std::vector<std::int32_t> out[2][3], accepted[2][3];
+      for (const std::int32_t threads : {1, 2}) {
+        const int t = threads - 1;
+        for (int kind = 0; kind < 3; ++kind) {
+          out[t][kind].assign(N + 1, -1);
+          accepted[t][kind].assign(1, -1);
+        }
+        verify(Standard{}, chain, Randomness{4, step}, ChainOutput{out[t][0].data(), 3, accepted[t][0].data()}, CpuOptions{threads});
+        verify(Standard{}, tree, Randomness{4, step}, TreeOutput{out[t][1].data(), N + 1, accepted[t][1].data()}, CpuOptions{threads});
+        verify(Standard{}, prob_tree, Randomness{4, step}, TreeOutput{out[t][2].data(), N + 1, accepted[t][2].data()},
+               CpuOptions{threads});
+      }
+      for (int kind = 0; kind < 3; ++kind) {
+        EXPECT_EQ(out[0][kind], out[1][kind]) << "kind " << kind << " drafted " << int(how) << " step " << step;
+        EXPECT_EQ(accepted[0][kind], accepted[1][kind]);
+      }
+      EXPECT_EQ(accepted[0][1][0], 0) << "every child of the root rejected";
+    }
   }
 }
 

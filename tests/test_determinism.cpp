@@ -125,6 +125,15 @@ std::vector<float> clumped_row(std::int32_t n, std::mt19937_64& rng, float scale
   return p;
 }
 
+/// clumped_row at scale 1, normalised: a distribution whose mass lies all over the row.
+std::vector<float> normalised_clumped_row(std::int32_t n, std::mt19937_64& rng) {
+  std::vector<float> row = clumped_row(n, rng, 1.0f);
+  double total = 0.0;
+  for (const float v : row) total += v;
+  for (float& v : row) v = static_cast<float>(v / total);
+  return row;
+}
+
 TEST(CpuSplitRows, DrawsMatchTheUnsplitRowForAnyNumberOfParts) {
   const cpu::TeamLease lease(cpu::RowTeam::instance());
   ASSERT_NE(lease.team(), nullptr);
@@ -455,13 +464,7 @@ TEST(CpuSplitRows, ProbabilityChainsGiveOneThreadsBitsAtAnyThreadCount) {
   // Clumped rows spread their mass over the whole row, so the draws cross in every part.
   std::mt19937_64 rng(15);
   const std::int32_t V = 70001, K = 3;
-  const auto normalised = [&] {
-    std::vector<float> row = clumped_row(V, rng, 1.0f);
-    double total = 0.0;
-    for (const float v : row) total += v;
-    for (float& v : row) v = static_cast<float>(v / total);
-    return row;
-  };
+  const auto normalised = [&] { return normalised_clumped_row(V, rng); };
   for (const std::int32_t B : {1, 3}) {
     Chains c(V);
     for (std::int32_t b = 0; b < B; ++b) {
@@ -496,13 +499,7 @@ TEST(CpuSplitRows, TreeResidualsAndBlockGiveOneThreadsBitsAtAnyThreadCount) {
   // on a chain. Clumped rows spread the residual's mass over the whole row.
   std::mt19937_64 rng(17);
   const std::int32_t V = 70001;
-  const auto normalised = [&] {
-    std::vector<float> row = clumped_row(V, rng, 1.0f);
-    double total = 0.0;
-    for (const float v : row) total += v;
-    for (float& v : row) v = static_cast<float>(v / total);
-    return row;
-  };
+  const auto normalised = [&] { return normalised_clumped_row(V, rng); };
   std::set<std::int32_t> halves;
   for (const Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement, Drafted::deterministic}) {
     Trees t(V, how);

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "markov.hpp"
+#include "specverify/core/overlay.hpp"
+#include "specverify/cpu/logit_residual.hpp"
 #include "tree_decode.hpp"
 #include "trees.hpp"
 #include "typical_acceptance.hpp"
@@ -689,6 +691,95 @@ struct ScalarResidualRows : cpu::Rows<> {
     return {d.value, d.ok};
   }
 };
+
+/// Logits rows with the scalar residual passes (core::residual_mass / residual_draw) over views.
+struct ScalarLogitResidualRows : cpu::LogitRows<> {
+  cpu::Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
+    const auto m = core::residual_mass(*this, r, x);
+    return {m.value, m.ok};
+  }
+};
+
+// The kernel over logits views (cpu/logit_residual.hpp): dense, listed (top-k, top-p with min_p),
+// greedy and penalised views (their listed entries read through the overlay), split or not.
+TEST(ResidualKernel, LogitsViewsMatchTheScalarDefinition) {
+  std::mt19937_64 rng(47);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const cpu::TeamLease lease(cpu::RowTeam::instance());
+  ASSERT_NE(lease.team(), nullptr);
+  SamplingParams params[] = {{0.8f, 0, 1.0f, 0.0f}, {1.0f, 50, 1.0f, 0.0f}, {0.7f, 0, 0.9f, 0.05f},
+                             {0.0f, 0, 1.0f, 0.0f}, {0.9f, 20, 1.0f, 0.0f}};
+  params[4].repetition_penalty = 1.5f;  // penalised: its overlay holds the listed tokens' values
+  params[4].presence_penalty = 0.5f;
+  std::int32_t draws = 0, mismatches = 0, split_mismatches = 0;
+  for (const std::int32_t n : {17, 1041, 40000}) {
+    const ScalarLogitResidualRows rows{{n}};
+    std::vector<std::int32_t> history;
+    std::vector<std::int32_t> counts;
+    for (std::int32_t v = 0; v < n; v += 1 + static_cast<std::int32_t>(rng() % 13)) {
+      history.push_back(v);
+      counts.push_back(static_cast<std::int32_t>(rng() % 3));
+    }
+    for (const Drafted how : {Drafted::sampled, Drafted::sampled_without_replacement, Drafted::deterministic}) {
+      for (std::size_t t = 0; t < std::size(params); ++t) {
+        std::vector<float> lp(static_cast<std::size_t>(n)), lq(static_cast<std::size_t>(n));
+        for (auto& v : lp) v = normal(rng);
+        for (auto& v : lq) v = normal(rng);
+        core::OverlayRoom rooms[2];
+        const auto row_of = [&](std::vector<float>& logits, const SamplingParams& sp, core::OverlayRoom& room) {
+          core::LogitRow<float> row;
+          row.logits = logits.data();
+          row.n = n;
+          row.params = sp;
+          row.lists.history_tokens = history.data();
+          row.lists.history_counts = counts.data();
+          row.lists.history_size = static_cast<std::int32_t>(history.size());
+          row.lists.penalise = sp.repetition_penalty != 1.0f;
+          room.build(row);
+          return row;
+        };
+        std::vector<float> scratch(std::size_t(2) * n);
+        core::Residual<core::LogitView<float>> r;
+        r.p = cpu::prepare(row_of(lp, params[t], rooms[0]), scratch.data());
+        r.q = cpu::prepare(row_of(lq, params[(t + 1) % std::size(params)], rooms[1]), scratch.data() + n);
+        ASSERT_TRUE(r.p.ok && r.q.ok);
+        r.has_q = how != Drafted::deterministic;
+        r.drafted = how;
+        cpu::SiblingRoom room;
+        r.siblings = room.siblings(4);
+        const cpu::RowSplit split = n >= 2 * cpu::RowSplit::kMinPart ? cpu::RowSplit{lease.team(), 2} : cpu::RowSplit{};
+        const auto steps = static_cast<std::int32_t>(rng() % 5);
+        for (std::int32_t s = 0; s < steps; ++s) {
+          const auto x = static_cast<std::int32_t>(rng() % std::uint64_t(n));
+          const auto z = cpu::residual_mass<>(r, x, n);
+          const auto scalar = core::residual_mass(rows, r, x);
+          ASSERT_TRUE(z.ok);
+          EXPECT_EQ(z.value, scalar.value) << n << " step " << s;
+          if (split.active()) {
+            EXPECT_EQ(cpu::residual_mass<>(r, x, n, split).value, z.value);
+          }
+          if (z.value > 0) r.absorb(rows, x, z.value);
+        }
+        for (const std::int32_t x : {std::int32_t(kNoToken), static_cast<std::int32_t>(rng() % std::uint64_t(n))}) {
+          const auto scalar = core::residual_mass(rows, r, x);
+          const auto vector = cpu::residual_mass<>(r, x, n);
+          ASSERT_TRUE(scalar.ok && vector.ok);
+          EXPECT_EQ(vector.value, scalar.value) << n << " params " << t;
+          for (const float u : {0.0f, 0x1.fffffep-1f, uniform(rng), uniform(rng), uniform(rng)}) {
+            ++draws;
+            const auto a = core::residual_draw(rows, r, x, u);
+            const auto b = cpu::residual_draw<>(r, x, u, n);
+            mismatches += a.value != b.value || !b.ok;
+            if (split.active()) split_mismatches += cpu::residual_draw<>(r, x, u, n, split).value != b.value;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << draws << " draws";
+  EXPECT_EQ(split_mismatches, 0);
+}
 
 // Whole walks on wide rows (20 draw chunks; one-hot nodes reuse their first pass's chunk sums)
 // give the tokens the same walks give with the scalar residual.

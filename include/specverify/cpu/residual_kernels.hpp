@@ -2,7 +2,8 @@
 // siblings in a tree, or block verification's scaled max(s p - q, 0) in a chain. Its mass, and the
 // draw from it (cpu/draw.hpp). Every element's weight is core::Residual::weight's, computed lane
 // by lane with the same roundings, so the mass and the token are those of the scalar definition
-// and of every instruction set.
+// and of every instruction set. The rows are read through a reader: probability rows here
+// (FloatRowReader), logits views in cpu/logit_residual.hpp.
 //
 // Speed: the weight has one form per pass for every element but the few sibling tokens:
 //   no sibling absorbed yet:   max(s p - q_current, 0), one fused multiply-add (one-hot drafts:
@@ -27,22 +28,47 @@
 
 namespace specverify::cpu {
 
-namespace detail {
+/// How ResidualLanes reads rows of View (specialised per row source): a reader has value(row, v),
+/// read(r, i, p, q) for the W values at i of p and q (0 without q), and largest_p(r, n), every
+/// value read valid and the largest p of the whole row.
+template <class Arch, class View>
+struct ResidualReader;
 
-/// Probability rows as core::Residual reads them.
-struct FloatRows {
+/// Probability rows: screened for validity and their largest p as they are read.
+template <class Arch>
+struct ResidualReader<Arch, const float*> {
+  using F = xsimd::batch<float, Arch>;
+  PairScreen<Arch> screen;
+
   float value(const float* row, std::int32_t v) const { return row[v]; }
+  SPECVERIFY_ALWAYS_INLINE void read(const core::Residual<const float*>& r, std::int32_t i, F& p, F& q) {
+    p = F::load_unaligned(r.p + i);
+    if (r.has_q) {
+      q = F::load_unaligned(r.q + i);
+      screen.add(p, q);
+    } else {
+      q = F(0.0f);
+      screen.add(p);
+    }
+  }
+  Checked<float> largest_p(const core::Residual<const float*>& r, std::int32_t n) const {
+    return screen.largest_p(r.p, r.has_q ? r.q : nullptr, n);
+  }
 };
 
+namespace detail {
+
 /// cpu::draw's functors over the weights of `r` after rejecting `current` (kNoToken: r itself).
-template <class Arch>
+/// It keeps its own copy of r (a split row's parts each copy one lanes: their views' read cursors
+/// stay their own), and reads the siblings' sorted tokens, which the first one built.
+template <class Arch, class View>
 class ResidualLanes {
  public:
   using F = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
   static constexpr std::int32_t WF = F::size;
 
-  ResidualLanes(const core::Residual<const float*>& r, std::int32_t current, std::int32_t n)
+  ResidualLanes(const core::Residual<View>& r, std::int32_t current, std::int32_t n)
       : r_(r), current_(current), n_(n), collapse_(r.collapse(current)),
         special_(r.steps > 0 && r.siblings.sorted ? r.siblings.sorted : alone_) {
     const bool one_hot = !r.has_q, without = r.drafted == Drafted::sampled_without_replacement;
@@ -57,17 +83,18 @@ class ResidualLanes {
     scalar_ = r.steps > 0 && (!collapse_.usable || (special_ == alone_ && (one_hot || without)));
     q_scale_ = without ? r.current_scale() : 1.0;
   }
+  ResidualLanes(const ResidualLanes& other)
+      : r_(other.r_), current_(other.current_), n_(other.n_), collapse_(other.collapse_),
+        special_(other.special_ == other.alone_ ? alone_ : other.special_), specials_(other.specials_),
+        scalar_(other.scalar_), q_scale_(other.q_scale_), reader_(other.reader_) {
+    std::copy(other.alone_, other.alone_ + 1, alone_);
+  }
+  ResidualLanes& operator=(const ResidualLanes&) = delete;
 
   /// The weights of elements i .. i + WF - 1 (i + WF <= n) as two double vectors.
   SPECVERIFY_ALWAYS_INLINE void operator()(std::int32_t i, D& lo, D& hi) {
-    const F p = F::load_unaligned(r_.p + i);
-    F q(0.0f);
-    if (r_.has_q) {
-      q = F::load_unaligned(r_.q + i);
-      screen_.add(p, q);
-    } else {
-      screen_.add(p);
-    }
+    F p, q;
+    reader_.read(r_, i, p, q);
     if (scalar_) {
       lanes_from_scalar(i, lo, hi);
       return;
@@ -84,15 +111,12 @@ class ResidualLanes {
   }
 
   /// Element v's weight alone: core::Residual::weight.
-  double operator()(std::int32_t v) const {
-    FloatRows rows;
-    return r_.weight(rows, current_, v, collapse_);
-  }
+  double operator()(std::int32_t v) const { return r_.weight(reader_, current_, v, collapse_); }
 
   /// Every value read valid, and a bound on the weights: core::Residual::weight_bound of the
   /// largest p over the whole row.
   Checked<double> operator()() const {
-    const Checked<float> largest = screen_.largest_p(r_.p, r_.has_q ? r_.q : nullptr, n_);
+    const Checked<float> largest = reader_.largest_p(r_, n_);
     if (!largest.ok) return {0.0, false};
     return {r_.weight_bound(largest.value), true};
   }
@@ -118,23 +142,23 @@ class ResidualLanes {
     hi = D::load_aligned(w + D::size);
   }
 
-  const core::Residual<const float*>& r_;
+  core::Residual<View> r_;
   std::int32_t current_, n_;
-  core::Residual<const float*>::Collapse collapse_;
+  typename core::Residual<View>::Collapse collapse_;
   std::int32_t alone_[1]{};     // room for the one-hot rejected token before any sibling
   std::int32_t* special_;       // sorted special tokens (the siblings' room, or alone_)
   std::int32_t specials_ = 0;
   std::int32_t cursor_ = 0;
   bool scalar_ = false;
   double q_scale_ = 1.0;        // q_current = q_scale q off the specials (without replacement)
-  PairScreen<Arch> screen_;     // what the pass saw of p and q, for the bound
+  ResidualReader<Arch, View> reader_;  // reads the rows (and what the pass saw of them, for the bound)
 };
 
 /// ResidualLanes as a split row's pass (cpu/split_row.hpp): each part takes a copy of lanes built
-/// on the calling thread, whose special tokens the parts then only read.
-template <class Arch>
+/// on the calling thread.
+template <class Arch, class View>
 struct ResidualPass {
-  ResidualLanes<Arch> lanes;
+  ResidualLanes<Arch, View> lanes;
 
   template <class D>
   SPECVERIFY_ALWAYS_INLINE void operator()(std::int32_t i, D& lo, D& hi) {
@@ -148,12 +172,11 @@ struct ResidualPass {
 
 /// Mass of the residual after rejecting sibling x (kNoToken: the residual itself), and whether
 /// every value read is a valid probability; a split row's parts on the team.
-template <class Arch = DefaultArch>
-Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_t x, std::int32_t n,
-                              const RowSplit& split = {}) {
-  detail::ResidualLanes<Arch> lanes(r, x, n);
+template <class Arch = DefaultArch, class View>
+Checked<double> residual_mass(const core::Residual<View>& r, std::int32_t x, std::int32_t n, const RowSplit& split = {}) {
+  detail::ResidualLanes<Arch, View> lanes(r, x, n);
   if (split.active()) {
-    const auto make_pass = [&] { return detail::ResidualPass<Arch>{lanes}; };
+    const auto make_pass = [&] { return detail::ResidualPass<Arch, View>{lanes}; };
     const SplitSums<Arch, decltype(make_pass)> sums(split, make_pass, n);
     return {sums.ok() ? sums.mass() : 0.0, sums.ok()};
   }
@@ -169,11 +192,11 @@ Checked<double> residual_mass(const core::Residual<const float*>& r, std::int32_
 
 /// Draws from the weights residual_mass sums: the smallest v with w_0 + ... + w_v > u * sum(w),
 /// -1 when there is no mass.
-template <class Arch = DefaultArch>
-Checked<std::int32_t> residual_draw(const core::Residual<const float*>& r, std::int32_t x, float u,
-                                    std::int32_t n, const RowSplit& split = {}) {
-  detail::ResidualLanes<Arch> lanes(r, x, n);
-  if (split.active()) return cpu::draw<Arch>(split, [&] { return detail::ResidualPass<Arch>{lanes}; }, n, u);
+template <class Arch = DefaultArch, class View>
+Checked<std::int32_t> residual_draw(const core::Residual<View>& r, std::int32_t x, float u, std::int32_t n,
+                                    const RowSplit& split = {}) {
+  detail::ResidualLanes<Arch, View> lanes(r, x, n);
+  if (split.active()) return cpu::draw<Arch>(split, [&] { return detail::ResidualPass<Arch, View>{lanes}; }, n, u);
   return cpu::draw<Arch>([&](std::int32_t i, auto& lo, auto& hi) SPECVERIFY_LAMBDA_INLINE { lanes(i, lo, hi); },
                          [&](std::int32_t v) { return lanes(v); }, [&] { return lanes(); }, n, u);
 }

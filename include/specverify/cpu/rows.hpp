@@ -10,6 +10,7 @@
 #include "specverify/core/residual.hpp"
 #include "specverify/cpu/divergence_kernels.hpp"
 #include "specverify/cpu/logit_kernels.hpp"
+#include "specverify/cpu/logit_residual.hpp"
 #include "specverify/cpu/residual_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/rule.hpp"
@@ -105,13 +106,12 @@ struct OpenedLogitRows : LogitRows<Arch, Logit> {
     return prepare<Arch>(overlaid, mine, this->split);
   }
   core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
+  // A node's residual (cpu/logit_residual.hpp): the vector passes over the views.
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
-    const auto m = core::residual_mass(*this, r, x);
-    return {m.value, m.ok};
+    return residual_mass<Arch>(r, x, this->n, this->split);
   }
   Checked<std::int32_t> draw(const core::Residual<View>& r, std::int32_t x, float u) const {
-    const auto t = core::residual_draw(*this, r, x, u);
-    return {t.value, t.ok};
+    return residual_draw<Arch>(r, x, u, this->n, this->split);
   }
 };
 
