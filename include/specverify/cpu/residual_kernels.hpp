@@ -2,8 +2,8 @@
 // siblings in a tree, or block verification's scaled max(s p - q, 0) in a chain. Its mass, and the
 // draw from it (cpu/draw.hpp). Every element's weight is core::Residual::weight's, computed lane
 // by lane with the same roundings, so the mass and the token are those of the scalar definition
-// and of every instruction set. The rows are read through a reader: probability rows here
-// (FloatRowReader), logits views in cpu/logit_residual.hpp.
+// and of every instruction set. The rows are read through a ResidualReader: probability rows
+// here, logits views in cpu/logit_residual.hpp.
 //
 // Speed: the weight has one form per pass for every element but the few sibling tokens:
 //   no sibling absorbed yet:   max(s p - q_current, 0), one fused multiply-add (one-hot drafts:
