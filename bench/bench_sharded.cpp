@@ -2,7 +2,9 @@
 //   sharded/...  each rank verifies its slice (specverify::verify over MpiCommunicator);
 //   gather/...   each rank gathers every row whole (MPI_Allgather of its slices, then the rows put
 //                back together), then runs the unsharded verify;
-//   read/...     one pass over this rank's slices (the floor of any per-step work on them).
+//   read/...     one pass over this rank's slices (the floor of any per-step work on them);
+//   sharded_logits/..., gather_logits/...: the same over rows of logits, at T = 0.8 (sampling:0)
+//                or top-k 50 + top-p 0.9 (sampling:1).
 // Counters: bytes_sent, what one rank sends per step; calls, its collectives per step.
 //
 //   mpirun -np 4 build/release/bench/bench_sharded --benchmark_counters_tabular=true
@@ -12,6 +14,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -37,20 +40,35 @@ struct CountingCommunicator {
   }
 };
 
-/// B chains of K drafts; this rank's slices of their rows (K + 1 target and K draft rows each).
+/// B chains of K drafts; this rank's slices of their rows (K + 1 target and K draft rows each):
+/// probabilities, or with `logits` their logs.
 struct Step {
   std::int32_t B, V, K, start, size;
   std::vector<std::int32_t> offsets, tokens;
   std::vector<float> p, q;  // this rank's slices, stride size
+  std::vector<sv::SamplingParams> params;
 
-  Step(std::int32_t b, std::int32_t v, std::int32_t k) : B(b), V(v), K(k) {
+  Step(std::int32_t b, std::int32_t v, std::int32_t k, bool logits = false, std::int64_t sampling = 0)
+      : B(b), V(v), K(k), params(static_cast<std::size_t>(b)) {
     start = static_cast<std::int32_t>(std::int64_t{V} * g_rank / g_ranks);
     size = static_cast<std::int32_t>(std::int64_t{V} * (g_rank + 1) / g_ranks) - start;
     std::mt19937_64 rng(5);
     for (std::int32_t s = 0; s <= B; ++s) offsets.push_back(s * K);
     // Eight distinct rows, reused: making 704 rows of 262144 would cost more than the runs.
     std::vector<std::vector<float>> pool;
-    for (int i = 0; i < 8; ++i) pool.push_back(sv::testing::random_distribution(V, rng));
+    for (int i = 0; i < 8; ++i) {
+      pool.push_back(sv::testing::random_distribution(V, rng));
+      if (logits) {
+        for (float& x : pool.back()) x = std::log(x);
+      }
+    }
+    for (sv::SamplingParams& sp : params) {
+      sp.temperature = 0.8f;
+      if (sampling == 1) {
+        sp.top_k = 50;
+        sp.top_p = 0.9f;
+      }
+    }
     for (std::int32_t r = 0; r < B * (K + 1) + B * K; ++r) {
       const std::vector<float>& row = pool[static_cast<std::size_t>(r) % pool.size()];
       auto& into = r < B * (K + 1) ? p : q;
@@ -67,9 +85,23 @@ void report(benchmark::State& state, const Step& s, std::int64_t calls, std::int
   state.counters["bytes_per_row"] = benchmark::Counter(static_cast<double>(bytes) / state.iterations() / s.rows());
 }
 
+/// The step's batch over rows given as probabilities, or as logits with the step's parameters.
+template <bool kLogits>
+auto batch_of(const Step& s, const float* p, const float* q) {
+  if constexpr (kLogits) {
+    sv::LogitsChainBatch<float> batch{s.B, s.V, s.offsets.data(), s.tokens.data(), p, q};
+    batch.target_params = s.params.data();
+    return batch;
+  } else {
+    return sv::ChainBatch<float>{s.B, s.V, s.offsets.data(), s.tokens.data(), p, q};
+  }
+}
+
+template <bool kLogits>
 void sharded(benchmark::State& state) {
-  const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5);
-  sv::ChainBatch<float> batch{s.B, s.V, s.offsets.data(), s.tokens.data(), s.p.data(), s.q.data()};
+  const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5, kLogits,
+               kLogits ? state.range(2) : 0);
+  auto batch = batch_of<kLogits>(s, s.p.data(), s.q.data());
   batch.shard = {g_rank, g_ranks, s.start, s.size};
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(s.B * (s.K + 1))), accepted(static_cast<std::size_t>(s.B));
   const CountingCommunicator comm{sv::MpiCommunicator{MPI_COMM_WORLD}};
@@ -81,8 +113,10 @@ void sharded(benchmark::State& state) {
   report(state, s, comm.calls, comm.bytes);
 }
 
+template <bool kLogits>
 void gather(benchmark::State& state) {
-  const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5);
+  const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5, kLogits,
+               kLogits ? state.range(2) : 0);
   std::vector<float> p_all(s.p.size() * g_ranks + 64), q_all(s.q.size() * g_ranks + 64);
   std::vector<float> p(std::size_t(s.B) * (s.K + 1) * s.V), q(std::size_t(s.B) * s.K * s.V);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(s.B * (s.K + 1))), accepted(static_cast<std::size_t>(s.B));
@@ -114,7 +148,7 @@ void gather(benchmark::State& state) {
   for (auto _ : state) {
     gather_rows(s.p, send_p, p_all, p, std::int64_t{s.B} * (s.K + 1));
     gather_rows(s.q, send_q, q_all, q, std::int64_t{s.B} * s.K);
-    const sv::ChainBatch<float> batch{s.B, s.V, s.offsets.data(), s.tokens.data(), p.data(), q.data()};
+    const auto batch = batch_of<kLogits>(s, p.data(), q.data());
     sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.K + 1, accepted.data()}, sv::CpuOptions{1});
     benchmark::DoNotOptimize(tokens.data());
   }
@@ -137,9 +171,18 @@ void shapes(benchmark::internal::Benchmark* b) {
   }
 }
 
-BENCHMARK(sharded)->Apply(shapes);
-BENCHMARK(gather)->Apply(shapes);
+void logit_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"B", "V", "sampling"})->Unit(benchmark::kMicrosecond)->Iterations(20);
+  for (const std::int64_t sampling : {0, 1}) {
+    for (const std::int64_t B : {1, 16, 64}) b->Args({B, 128256, sampling});
+  }
+}
+
+BENCHMARK_TEMPLATE(sharded, false)->Name("sharded")->Apply(shapes);
+BENCHMARK_TEMPLATE(gather, false)->Name("gather")->Apply(shapes);
 BENCHMARK(read)->Apply(shapes);
+BENCHMARK_TEMPLATE(sharded, true)->Name("sharded_logits")->Apply(logit_shapes);
+BENCHMARK_TEMPLATE(gather, true)->Name("gather_logits")->Apply(logit_shapes);
 
 /// Ranks other than 0 run the same benchmarks silently.
 class Silent : public benchmark::BenchmarkReporter {

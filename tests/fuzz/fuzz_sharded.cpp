@@ -4,7 +4,8 @@
 // from a palette of ordinary, edge and invalid values: NaN, inf, negative, subnormal, huge and tiny),
 // a rule, and a split of [0, V) over 1 to 5 ranks (uneven, empty slices allowed), each rank's rows
 // copied to their own buffers sized exactly to the slice, so ASan sees any read past them. Ranks run
-// as threads over a ThreadGroup. The invariants (API.md "Sharded vocabulary"): every rank returns
+// as threads over a ThreadGroup. Half the inputs are batches of logits instead (values with ties,
+// -inf, NaN and +inf; per-sequence sampling parameters; a bitmask, guidance, penalties and a bias). The invariants (API.md "Sharded vocabulary"): every rank returns
 // or throws the same; where the unsharded verify succeeds on input every pass of the sharded one
 // reads as valid, the outputs are bit for bit the unsharded ones; where either throws, no output
 // changed.
@@ -55,12 +56,126 @@ struct Result {
   }
 };
 
+/// A logit from a small palette (ties on purpose) or an edge value.
+float edge_logit(FuzzedDataProvider& in) {
+  static const float values[] = {-std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 88.0f, -88.0f, FLT_MAX,
+                                 -FLT_MAX, 1e-30f, std::numeric_limits<float>::quiet_NaN(),
+                                 std::numeric_limits<float>::infinity()};
+  const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();
+  if (pick < 230) return static_cast<float>(pick % 23) * 0.5f - 5.0f;
+  return values[pick % (sizeof values / sizeof *values)];
+}
+
+SamplingParams fuzzed_params(FuzzedDataProvider& in, std::int32_t V) {
+  SamplingParams p;
+  static const float temperatures[] = {1.0f, 0.0f, 0.7f, 1e-3f, 3.0f};
+  p.temperature = temperatures[in.ConsumeIntegralInRange<int>(0, 4)];
+  p.top_k = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::int32_t>(0, V + 1) : 0;
+  p.top_p = in.ConsumeBool() ? static_cast<float>(in.ConsumeIntegralInRange<int>(1, 10)) / 10.0f : 1.0f;
+  p.min_p = in.ConsumeBool() ? static_cast<float>(in.ConsumeIntegralInRange<int>(0, 9)) / 10.0f : 0.0f;
+  if (in.ConsumeBool()) {
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = -0.25f;
+  }
+  return p;
+}
+
+/// As run() below over rows of logits.
+template <class Rule, class Capture>
+void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::int32_t V, std::int32_t K,
+                bool one_hot, const std::vector<std::int32_t>& offsets, const std::vector<std::int32_t>& tokens,
+                const std::vector<std::int32_t>& cuts, const Randomness& randomness, Capture capture) {
+  const std::int32_t N = offsets.back(), ranks = static_cast<std::int32_t>(cuts.size()) - 1;
+  std::vector<float> l(static_cast<std::size_t>(N + B) * V), d(static_cast<std::size_t>(N) * V),
+      u(static_cast<std::size_t>(N + B) * V);
+  for (auto& v : l) v = edge_logit(in);
+  for (auto& v : d) v = edge_logit(in);
+  const bool guided = in.ConsumeBool(), masked = in.ConsumeBool(), listed = in.ConsumeBool();
+  if (guided) {
+    for (auto& v : u) v = edge_logit(in);
+  }
+  std::vector<SamplingParams> target(static_cast<std::size_t>(B)), draft(static_cast<std::size_t>(B));
+  for (auto& p : target) p = fuzzed_params(in, V);
+  for (auto& p : draft) p = fuzzed_params(in, V);
+  std::vector<std::int64_t> first_row(static_cast<std::size_t>(B));
+  std::vector<float> scales(static_cast<std::size_t>(B), 1.5f);
+  for (std::int32_t b = 0; b < B; ++b) first_row[b] = in.ConsumeBool() ? offsets[b] + b : -1;
+  const std::int32_t words = (V + 31) / 32;
+  std::vector<std::uint32_t> allowed(static_cast<std::size_t>(N + B) * words);
+  for (auto& w : allowed) w = in.ConsumeIntegral<std::uint32_t>() | in.ConsumeIntegral<std::uint32_t>();
+  std::vector<std::int32_t> h_offsets{0}, h_tokens, h_counts, b_offsets{0}, b_tokens;
+  std::vector<float> b_values;
+  for (std::int32_t b = 0; b < B; ++b) {
+    for (std::int32_t v = in.ConsumeIntegralInRange<std::int32_t>(0, V); v < V; v += in.ConsumeIntegralInRange<std::int32_t>(1, 9)) {
+      h_tokens.push_back(v);
+      h_counts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, 3));
+    }
+    h_offsets.push_back(static_cast<std::int32_t>(h_tokens.size()));
+    if (in.ConsumeBool()) {
+      b_tokens.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V - 1));
+      b_values.push_back(edge_logit(in));
+    }
+    b_offsets.push_back(static_cast<std::int32_t>(b_tokens.size()));
+  }
+  const auto fill = [&](LogitsChainBatch<float>& batch) {
+    batch.target_params = target.data();
+    batch.draft_params = draft.data();
+    if (guided) {
+      batch.unconditional_first_row = first_row.data();
+      batch.guidance_scale = scales.data();
+    }
+    if (masked) batch.allowed_tokens = allowed.data();
+    if (listed) {
+      batch.history_offsets = h_offsets.data();
+      batch.history_tokens = h_tokens.data();
+      batch.history_counts = h_counts.data();
+      batch.bias_offsets = b_offsets.data();
+      batch.bias_tokens = b_tokens.data();
+      batch.bias_values = b_values.data();
+    }
+  };
+  LogitsChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), l.data(), one_hot ? nullptr : d.data()};
+  fill(whole_batch);
+  if (guided) whole_batch.unconditional_logits = u.data();
+  const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
+
+  ThreadGroup group(ranks);
+  std::vector<Result> results(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<float>> ls(static_cast<std::size_t>(ranks)), ds(ls), us(ls);
+  std::vector<std::thread> threads;
+  for (std::int32_t k = 0; k < ranks; ++k) {
+    const std::int32_t start = cuts[k], size = cuts[k + 1] - cuts[k];
+    const auto slice = [&](const std::vector<float>& rows, std::int32_t count, std::vector<float>& out) {
+      for (std::int32_t row = 0; row < count; ++row) {
+        out.insert(out.end(), &rows[std::size_t(row) * V + start], &rows[std::size_t(row) * V + start + size]);
+      }
+    };
+    slice(l, N + B, ls[k]);
+    slice(d, N, ds[k]);
+    slice(u, N + B, us[k]);
+    LogitsChainBatch<float> batch{B, V, offsets.data(), tokens.data(), size ? ls[k].data() : nullptr, nullptr};
+    if (!one_hot && size) batch.draft_logits = ds[k].empty() ? ls[k].data() : ds[k].data();
+    fill(batch);
+    if (guided && size) batch.unconditional_logits = us[k].data();
+    if (guided && !size) batch.unconditional_logits = ls[k].data() + 1;  // any non-null: no row is read
+    batch.shard = {k, ranks, start, size};
+    threads.emplace_back([&, batch, k] {
+      results[k] = capture([&](const ChainOutput& out) { return verify(rule, batch, randomness, out, group.communicator(k)); });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Result& r : results) CHECK(r.same(results[0]));
+  if (results[0].error.empty()) CHECK(results[0].same(whole));
+  (void)K;
+}
+
 template <class Rule>
 void run(const Rule& rule, FuzzedDataProvider& in) {
   const std::int32_t B = in.ConsumeIntegralInRange<std::int32_t>(1, 4);
   const std::int32_t V = in.ConsumeIntegralInRange<std::int32_t>(1, 70);
   const std::int32_t K = in.ConsumeIntegralInRange<std::int32_t>(0, 4);
-  const bool one_hot = in.ConsumeBool();
+  const bool one_hot = in.ConsumeBool(), logits = in.ConsumeBool();
   std::vector<std::int32_t> offsets{0};
   for (std::int32_t b = 0; b < B; ++b) offsets.push_back(offsets.back() + in.ConsumeIntegralInRange<std::int32_t>(0, K));
   const std::int32_t N = offsets.back();
@@ -92,6 +207,7 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
     }
     return r;
   };
+  if (logits) return run_logits(rule, in, B, V, K, one_hot, offsets, tokens, cuts, randomness, capture);
   const ChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), p.data(), one_hot ? nullptr : q.data()};
   const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
 

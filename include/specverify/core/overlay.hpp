@@ -18,6 +18,19 @@ class OverlayRoom {
   /// Rows whose parameters change nothing and that have no bias get none.
   template <class Logit>
   void build(LogitRow<Logit>& row) {
+    build(row, 0, false);
+  }
+
+  /// The overlay of a window of a longer row (a rank's slice of a sharded row): row index i is
+  /// token first + i, for i < row.n; the lists' tokens outside the window get no entry.
+  template <class Logit>
+  void build_window(LogitRow<Logit>& row, std::int32_t first) {
+    build(row, first, true);
+  }
+
+ private:
+  template <class Logit>
+  void build(LogitRow<Logit>& row, std::int32_t first, bool window) {
     std::fill(bits_.begin(), bits_.begin() + static_cast<std::ptrdiff_t>(words_), 0u);  // the last row's: one fill
     size_ = 0;
     words_ = 0;
@@ -66,7 +79,8 @@ class OverlayRoom {
       n = add(n, mapped, x.token, x.bias, static_cast<float>(count), in_history || x.drafts > 0);
     }
     run(history);
-    size_ = n;
+    size_ = window ? keep_window(n, first, row.n) : n;
+    n = size_;
     if (mapped) sort_by_index();
     words_ = static_cast<std::size_t>(row.n / 32 + 1);
     if (bits_.size() < words_) bits_.resize(words_, 0u);
@@ -75,7 +89,6 @@ class OverlayRoom {
     row.overlay = Overlay{index_.data(), bias_.data(), count_.data(), in_.data(), bits_.data(), value_.data(), size_};
   }
 
- private:
   /// A token on the path to the row or biased: how many drafts on the path it is, and its bias.
   struct Extra {
     std::int32_t token;
@@ -126,6 +139,22 @@ class OverlayRoom {
     count_[n] = count;
     in_[n] = in ? 1.0f : 0.0f;
     return n + 1;
+  }
+
+  /// Keeps entries 0 .. n - 1 whose token lies in [first, first + length), at row index token -
+  /// first (their order is kept); returns how many.
+  std::int32_t keep_window(std::int32_t n, std::int32_t first, std::int32_t length) {
+    std::int32_t kept = 0;
+    for (std::int32_t k = 0; k < n; ++k) {
+      const std::int32_t i = index_[k] - first;
+      if (i < 0 || i >= length) continue;
+      index_[kept] = i;
+      bias_[kept] = bias_[k];
+      count_[kept] = count_[k];
+      in_[kept] = in_[k];
+      ++kept;
+    }
+    return kept;
   }
 
   /// A reduced draft row's entries in increasing row index (the map does not keep token order).

@@ -119,14 +119,17 @@ SPECVERIFY_HD inline Finding logits_fault_finding(const Fault& f, std::int32_t b
 
 /// A bad logit the naming found in a guided target row, where the logit l itself is fine: a NaN
 /// or +inf unconditional logit u is named in its own row, else guidance overflowed and the
-/// guided value and the scale are named.
+/// guided value and the scale are named. `first`: the token the source's rows start at (a rank's
+/// slice of a sharded row; f.column is a token).
 SPECVERIFY_HD_TEMPLATE
 template <class Source>
-SPECVERIFY_HD void name_guidance_fault(Finding& finding, const Fault& f, std::int32_t b, const Source& source) {
+SPECVERIFY_HD void name_guidance_fault(Finding& finding, const Fault& f, std::int32_t b, const Source& source,
+                                       std::int32_t first = 0) {
   if (f.kind != FaultKind::bad_value || f.target_row < 0 || f.column < 0) return;
   const auto row = source.target_row(b, f.target_row);
   if (!row.unconditional) return;
-  const float l = static_cast<float>(row.logits[f.column]), u = static_cast<float>(row.unconditional[f.column]);
+  const std::int32_t i = f.column - first;
+  const float l = static_cast<float>(row.logits[i]), u = static_cast<float>(row.unconditional[i]);
   if (!(l < kInf)) return;
   if (!(u < kInf)) {
     const std::int64_t j = f.target_row - (std::int64_t{source.offsets[b]} + b);
@@ -230,12 +233,14 @@ void check_penalty_lists(const Batch& batch, std::vector<std::int32_t>& bias_ord
 }
 
 /// A bad logit the naming found where the inputs are fine but steps 2-3 (bias, penalties) made a
-/// finite value infinite: the value after them and the one before are named.
+/// finite value infinite: the value after them and the one before are named. `first` as for
+/// name_guidance_fault.
 template <class Source>
-SPECVERIFY_HD void name_penalty_fault(Finding& finding, const Fault& f, std::int32_t b, const Source& source) {
+SPECVERIFY_HD void name_penalty_fault(Finding& finding, const Fault& f, std::int32_t b, const Source& source,
+                                      std::int32_t first = 0) {
   if (f.kind != FaultKind::bad_value || f.column < 0 || finding.check != Check::logit_value) return;
   const auto row = f.target_row >= 0 ? source.target_row(b, f.target_row) : source.draft_row(b, f.draft_row);
-  const Processed before = guided_logit(row, f.column);
+  const Processed before = guided_logit(row, f.column - first);
   float bias, count;
   bool in;
   const std::int32_t v = row.row_to_target ? row.row_to_target[f.column] : f.column;

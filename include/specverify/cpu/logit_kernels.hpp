@@ -863,10 +863,11 @@ struct LogitRows {
 
   Checked<float> entropy(const View& p) const {
     if (p.greedy || !p.has_mass()) return {0.0f, p.ok};
-    double h = 0.0;
-    if (p.listed >= 0 && !p.row.target_to_draft) {
-      for (std::int32_t k = 0; k < p.listed; ++k) h += core::entropy_term(value(p, p.kept[k]));
-      return {static_cast<float>(h), p.ok};
+    if (p.listed >= 0 && !p.row.target_to_draft) {  // the kept p: the dense sum's nonzero terms
+      float kept[View::kMaxListed];
+      for (std::int32_t k = 0; k < p.listed; ++k) kept[k] = value(p, p.kept[k]);
+      const detail::TermSum sum = detail::sum_terms<Arch>(kept, nullptr, p.listed, detail::EntropyTerm{});
+      return {static_cast<float>(sum.value()), p.ok && sum.ok};
     }
     detail::TermSum sum;  // chunks of p <= 1: each summed at scale 1, so they merge exactly
     for_chunks(p, nullptr, [&](const float* pc, const float*, std::int32_t len) {

@@ -4,21 +4,25 @@
 // gets the unsharded verify's outputs.
 //
 // In phases, each one all_gather for the whole batch (DESIGN.md), their number and bytes a
-// function of B, the drafts' shape and the rule alone:
+// function of B, the drafts' shape, the rule and the sampling parameters alone:
 //   1. shard: each rank's slice, its local findings (validation), a digest of the shared input;
+//   (rows of logits) the pre-pass's phases, cpu/sharded_logits.hpp: each row's merged view (max,
+//      kept set, normaliser): 2 phases, 7 where a sliced row has top_p without top_k;
 //   2. rows: at every node that may be read, p(x) and q(x) from the rank holding x, and the
 //      statistics the rule asks for (max, argmax, entropy, divergence at scale 1, the coupled
 //      sample's winner), each with the first invalid value its pass met;
-//   3. (rules with statistics) the sums whose largest term leaves FixedSum's domain, again at the
-//      scale the whole row's largest term gives;
+//   3. (rules with statistics, rows of probabilities) the sums whose largest term leaves
+//      FixedSum's domain, again at the scale the whole row's largest term gives (rows of logits
+//      keep them at scale 1, as LogitRows sums them);
 //   then every rank walks every sequence with core::walk over the merged summaries, which decides
 //   identically everywhere and leaves one draw per sequence (its weights and uniform) undone;
 //   4. draws: each slice's sum of the draw's weights (and of p, in case the residual has no mass);
 //   5. those sums again at the scale the whole row's bound gives, where it is not 1;
 //   6. tokens: the rank whose slice holds u times the total draws in it, from the exact sum of the
 //      slices before it.
-// So a rank sends 6 (5 without statistics) messages per call. So far: chains of probability rows
-// with every rule that tests draft by draft (not Block, not Traversal).
+// So a rank sends 6 (5 without statistics) messages per call over probability rows, 7 over logits
+// (12 with top_p alone). So far: chains, with every rule that tests draft by draft (not Block,
+// not Traversal).
 #pragma once
 
 #include <algorithm>
@@ -37,52 +41,14 @@
 #include "specverify/cpu/divergence_kernels.hpp"
 #include "specverify/cpu/logit_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
+#include "specverify/cpu/shard_messages.hpp"
+#include "specverify/cpu/sharded_logits.hpp"
 #include "specverify/cpu/verify.hpp"
 #include "specverify/rule.hpp"
 #include "specverify/types.hpp"
 
 namespace specverify {
 namespace cpu::shard {
-
-/// A message of plain values in a fixed order; every rank writes the same layout.
-class Message {
- public:
-  template <class T>
-  void put(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>, "messages hold plain values");
-    const auto* bytes = reinterpret_cast<const unsigned char*>(&v);
-    data_.insert(data_.end(), bytes, bytes + sizeof(T));
-  }
-  const unsigned char* data() const { return data_.data(); }
-  std::size_t size() const { return data_.size(); }
-
- private:
-  std::vector<unsigned char> data_;
-};
-
-/// Rank r's part of a gathered message, read in the order it was written.
-class Reader {
- public:
-  Reader(const unsigned char* data) : at_(data) {}
-  template <class T>
-  T get() {
-    T v;
-    std::memcpy(&v, at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-
- private:
-  const unsigned char* at_;
-};
-
-/// What every rank receives of one phase: ranks messages of `bytes` each.
-template <class Comm>
-std::vector<unsigned char> gather(const Comm& comm, const Message& m, std::int32_t ranks) {
-  std::vector<unsigned char> all(m.size() * static_cast<std::size_t>(ranks));
-  comm.all_gather(m.data(), m.size(), all.data());
-  return all;
-}
 
 /// A TermSum as it crosses ranks (cpu/divergence_kernels.hpp).
 struct TermWire {
@@ -199,10 +165,11 @@ struct PendingDraw {
 struct RowRef {
   std::int64_t slot = 0;
   bool draft = false;
+  bool ok = true, has_mass = true;  // the merged pre-pass's (rows of logits)
 };
 
-inline bool view_ok(const RowRef&) { return true; }
-inline bool view_has_mass(const RowRef&) { return true; }
+inline bool view_ok(const RowRef& r) { return r.ok; }
+inline bool view_has_mass(const RowRef& r) { return r.has_mass; }
 
 /// The walk's row source: row indices, keyed by the node slot (a chain's target row index).
 struct Source {
@@ -226,6 +193,7 @@ struct Node {
   detail::TermSum entropy, divergence, after;
   GumbelBest coupled;
   BadValue p_bad, q_bad;
+  bool p_ok = true, q_ok = true, q_mass = true;  // rows of logits: their merged pre-pass
 };
 
 /// The walk's rows: answers from the merged summaries; the one draw is left pending.
@@ -233,10 +201,16 @@ struct Rows {
   using View = RowRef;
   const std::vector<Node>* nodes{};
   PendingDraw* pending{};
+  bool logits = false;
 
   const Node& at(const RowRef& r) const { return (*nodes)[static_cast<std::size_t>(r.slot)]; }
 
-  RowRef open(RowRef r) const { return r; }
+  RowRef open(RowRef r) const {
+    const Node& n = at(r);
+    r.ok = r.draft ? n.q_ok : n.p_ok;
+    r.has_mass = !r.draft || n.q_mass;
+    return r;
+  }
   float value(const RowRef& r, std::int32_t v) const {
     const Node& n = at(r);
     if (r.draft) return n.q_x;  // the walk reads q only at the draft
@@ -258,9 +232,14 @@ struct Rows {
       if (!n.divergence.ok || factor == 0.0) return {std::numeric_limits<float>::quiet_NaN(), false};
       return detail::scaled(n.divergence, factor);
     }
+    (void)x;
+    if (logits) {  // as LogitRows: from a = p(x) and the rest of p's mass, 1 - a
+      const double a = n.p_x, rest = std::max(0.0, 1.0 - a);
+      const double off = rest > 0.0 ? rest * core::divergence_term(d, 1.0, 0.0) : 0.0;
+      return {static_cast<float>(off + core::divergence_term(d, a, 1.0)), n.p_ok};
+    }
     // As one_hot_divergence: `divergence` holds the mass before x and `after` the mass past it,
     // each summed at its own scale.
-    (void)x;
     const bool ok = n.divergence.ok && n.after.ok && valid_probability(n.p_x);
     const bool off_x = n.divergence.max_term > 0.0 || n.after.max_term > 0.0;
     double rest;
@@ -295,7 +274,7 @@ struct Rows {
 /// Phase 1's message: a rank's slice, and what it found wrong locally (the text every rank throws).
 struct Header {
   std::int32_t rank = 0, ranks = 1, start = 0, size = 0;
-  std::uint8_t has_q = 0, failed = 0;
+  std::uint8_t has_q = 0, has_guidance = 0, failed = 0;
   std::uint64_t digest = 0;
   char message[400] = {};
 };
@@ -314,15 +293,30 @@ class Digest {
   std::uint64_t h_ = 14695981039346656037ull;
 };
 
-/// A sharded verify of one chain batch on one rank.
-template <class Arch, class Rule, class Comm>
+template <class Batch>
+struct LogitsOf {
+  using type = void;  // rows of probabilities
+};
+template <class Logit>
+struct LogitsOf<LogitsChainBatch<Logit>> {
+  using type = Logit;
+};
+
+/// A sharded verify of one chain batch on one rank: of probability rows (ChainBatch<float>), or
+/// of logits (LogitsChainBatch), whose slices LogitSlices reads as probability rows.
+template <class Arch, class Rule, class Comm, class Batch>
 class ChainVerify {
   using traits = rule_traits<Rule>;
   static constexpr bool kCoupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
+  using Logit = typename LogitsOf<Batch>::type;
+  static constexpr bool kLogits = !std::is_void_v<Logit>;
+  struct NoLogits {};
+  using Logits = std::conditional_t<kLogits, LogitSlices<Arch, std::conditional_t<kLogits, Logit, float>>, NoLogits>;
 
  public:
-  ChainVerify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness, const Comm& comm)
-      : rule_(rule), batch_(batch), randomness_(randomness), comm_(comm), layout_(core::ChainLayout::of(batch)) {}
+  ChainVerify(const Rule& rule, const Batch& batch, const Randomness& randomness, const Comm& comm)
+      : rule_(rule), batch_(batch), randomness_(randomness), comm_(comm), layout_(core::ChainLayout::of(batch)),
+        logits_(make_logits(batch, layout_)) {}
 
   /// Phase 1: every rank learns every slice, or every rank throws the lowest rank's finding.
   void agree(const ChainOutput& out, const CpuOptions& options) {
@@ -332,15 +326,26 @@ class ChainVerify {
     h.ranks = s.ranks;
     h.start = s.vocab_start;
     h.size = s.ranks == 1 && s.local_vocab_size == 0 ? batch_.vocab_size : s.local_vocab_size;
-    h.has_q = batch_.draft_probs != nullptr;
+    h.has_q = draft_rows() != nullptr;
+    if constexpr (kLogits) h.has_guidance = batch_.unconditional_logits != nullptr;
+    std::vector<std::int32_t> target_to_draft, bias_order;
     try {
       check_slice(h);
-      ChainBatch<float> whole = batch_;  // validated as the unsharded verify would see it
+      Batch whole = batch_;  // validated as the unsharded verify would see it
       whole.shard = {};
-      whole.target_stride = whole.draft_stride = 0;
-      static const float placeholder = 0.0f;  // validation reads no row; an empty slice may pass null
-      if (!whole.target_probs) whole.target_probs = &placeholder;
-      core::validate(rule_, whole, randomness_, out);
+      whole.target_stride = 0;
+      if constexpr (kLogits) {
+        static const Logit placeholder{};  // validation reads no row; an empty slice may pass null
+        if (!logits_.whole_drafts()) whole.draft_stride = 0;
+        whole.unconditional_stride = 0;
+        if (!whole.target_logits) whole.target_logits = &placeholder;
+        core::validate(rule_, whole, randomness_, out, target_to_draft, bias_order);
+      } else {
+        static const float placeholder = 0.0f;
+        whole.draft_stride = 0;
+        if (!whole.target_probs) whole.target_probs = &placeholder;
+        core::validate(rule_, whole, randomness_, out);
+      }
       core::check_positions<Rule>(randomness_);
       detail::check_options(options);
       h.digest = digest(out);
@@ -376,34 +381,56 @@ class ChainVerify {
     }
     for (std::int32_t r = 0; r < s.ranks; ++r) {
       if (headers_[r].size > 0 && !headers_[r].has_q && has_q_) {
-        core::detail::reject("rank ", r, " passes no draft_probs while another rank does");
+        core::detail::reject("rank ", r, " passes no ", kLogits ? "draft_logits" : "draft_probs", " while another rank does");
+      }
+      for (std::int32_t o = 0; o < r; ++o) {
+        if (headers_[r].size > 0 && headers_[o].size > 0 && headers_[r].has_guidance != headers_[o].has_guidance) {
+          core::detail::reject("rank ", headers_[r].has_guidance ? o : r,
+                               " passes no unconditional_logits while another rank does");
+        }
       }
     }
     start_ = h.start;
     size_ = h.size;
+    if constexpr (kLogits) {
+      logits_.bind(start_, size_, has_q_, std::move(target_to_draft), std::move(bias_order));
+      p_buffer_.resize(static_cast<std::size_t>(size_));
+      q_buffer_.resize(static_cast<std::size_t>(size_));
+    }
   }
 
   VerifyStats run(const ChainOutput& output) {
     const std::int32_t B = batch_.batch_size;
     const std::int64_t slots = std::int64_t{batch_.draft_offsets[B]} + B;
+    if constexpr (kLogits) {
+      std::vector<std::int32_t> sizes;
+      for (const Header& h : headers_) sizes.push_back(h.size);
+      logits_.prepare(comm_, sizes);
+    }
     rows_phase(slots);
     const RowStats need = traits::stats(rule_);
-    if (need.entropy || need.divergence) rescale_phase();
+    // Rows of logits keep their statistics at scale 1, as LogitRows sums them (p <= 1).
+    if (!kLogits && (need.entropy || need.divergence)) rescale_phase();
 
     const core::OutputRows out = core::OutputRows::of(output);
     std::vector<float> staged(out.logprobs ? std::size_t(B) * std::size_t(out.row_width) : 0);
     results_.assign(static_cast<std::size_t>(B), {});
     pending_.assign(static_cast<std::size_t>(B), {});
-    Source source{has_q_, batch_.target_row_max};
+    Source source{has_q_, known_max()};
     for (std::int32_t b = 0; b < B; ++b) {
-      Rows rows{&nodes_, &pending_[b]};
+      Rows rows{&nodes_, &pending_[b], kLogits};
       results_[b] = core::walk(rule_, layout_, source, randomness_, b, rows, stage(staged, out, b));
       settle(b);
     }
     draw_phases(staged, out);
     for (std::int32_t b = 0; b < B; ++b) {
       core::Fault f = results_[b].fault;
-      if (f.kind != core::FaultKind::none) core::raise(core::from_fault(f, b, core::Place::position));
+      if (f.kind == core::FaultKind::none) continue;
+      if constexpr (kLogits) {  // a bad logit: named by the first rank holding one in that row
+        if (f.kind == core::FaultKind::bad_value) core::raise(logits_.bad_row().finding);
+        core::raise(core::detail::logits_fault_finding(f, b, core::Place::position));
+      }
+      core::raise(core::from_fault(f, b, core::Place::position));
     }
     VerifyStats total;
     for (std::int32_t b = 0; b < B; ++b) {
@@ -423,13 +450,43 @@ class ChainVerify {
       core::detail::reject("batch.shard: rank ", s.rank, " holds [", h.start, ", ", std::int64_t{h.start} + h.size,
                            "), outside [0, vocab_size = ", batch_.vocab_size, ")");
     }
-    if (h.size > 0 && !batch_.target_probs) core::detail::reject("target_probs is null on rank ", s.rank);
+    if (h.size > 0 && !target_rows()) core::detail::reject(kLogits ? "target_logits" : "target_probs", " is null on rank ", s.rank);
     if (batch_.target_stride != 0 && batch_.target_stride < h.size) {
       core::detail::reject("target_stride = ", batch_.target_stride, " is below rank ", s.rank, "'s slice of ", h.size);
     }
-    if (batch_.draft_stride != 0 && batch_.draft_stride < h.size) {
+    if (!whole_drafts() && batch_.draft_stride != 0 && batch_.draft_stride < h.size) {
       core::detail::reject("draft_stride = ", batch_.draft_stride, " is below rank ", s.rank, "'s slice of ", h.size);
     }
+    if constexpr (kLogits) {
+      if (batch_.unconditional_stride != 0 && batch_.unconditional_stride < h.size) {
+        core::detail::reject("unconditional_stride = ", batch_.unconditional_stride, " is below rank ", s.rank,
+                             "'s slice of ", h.size);
+      }
+    }
+  }
+
+  static Logits make_logits(const Batch& batch, const core::ChainLayout& layout) {
+    if constexpr (kLogits) {
+      return Logits(batch, layout);
+    } else {
+      return {};
+    }
+  }
+  const void* target_rows() const {
+    if constexpr (kLogits) return batch_.target_logits;
+    else return batch_.target_probs;
+  }
+  const void* draft_rows() const {
+    if constexpr (kLogits) return batch_.draft_logits;
+    else return batch_.draft_probs;
+  }
+  bool whole_drafts() const {
+    if constexpr (kLogits) return logits_.whole_drafts();
+    else return false;
+  }
+  const float* known_max() const {
+    if constexpr (kLogits) return nullptr;
+    else return batch_.target_row_max;
   }
 
   std::uint64_t digest(const ChainOutput& out) const {
@@ -439,6 +496,7 @@ class ChainVerify {
     if (batch_.batch_size > 0) {
       d.add(batch_.draft_offsets, batch_.batch_size + 1);
       d.add(batch_.draft_tokens, batch_.draft_offsets[batch_.batch_size]);
+      if constexpr (kLogits) digest_logits(d);
     }
     return d.value();
   }
@@ -447,13 +505,50 @@ class ChainVerify {
     return staged.empty() ? nullptr : staged.data() + std::size_t(b) * out.row_width;
   }
 
-  const float* p_row(std::int64_t slot) const {
-    const std::int64_t stride = batch_.target_stride ? batch_.target_stride : size_;
-    return size_ > 0 ? batch_.target_probs + slot * stride : nullptr;
+  /// The parameters, lists, maps and guidance every rank of a logits batch must share (not the
+  /// bitmask: its rows are as long as the vocabulary's).
+  void digest_logits(Digest& d) const {
+    const std::int32_t B = batch_.batch_size;
+    d.add(batch_.target_params, B);
+    if (batch_.draft_params) d.add(batch_.draft_params, B);
+    // (Not whether row pointers are null: a rank with an empty slice may pass null rows.)
+    const std::int32_t flags[2] = {batch_.draft_vocab_size, batch_.allowed_tokens != nullptr};
+    d.add(flags, 2);
+    if (batch_.draft_to_target && batch_.draft_vocab_size > 0) d.add(batch_.draft_to_target, batch_.draft_vocab_size);
+    if (batch_.unconditional_first_row) d.add(batch_.unconditional_first_row, B);
+    if (batch_.guidance_scale) d.add(batch_.guidance_scale, B);
+    if (batch_.history_offsets) {
+      d.add(batch_.history_offsets, B + 1);
+      d.add(batch_.history_tokens, batch_.history_offsets[B]);
+      d.add(batch_.history_counts, batch_.history_offsets[B]);
+    }
+    if (batch_.bias_offsets) {
+      d.add(batch_.bias_offsets, B + 1);
+      d.add(batch_.bias_tokens, batch_.bias_offsets[B]);
+      d.add(batch_.bias_values, batch_.bias_offsets[B]);
+    }
   }
-  const float* q_row(std::int64_t draft) const {
-    const std::int64_t stride = batch_.draft_stride ? batch_.draft_stride : size_;
-    return size_ > 0 && has_q_ ? batch_.draft_probs + draft * stride : nullptr;
+
+  /// This rank's slice of node `slot`'s p (of draft row `draft`'s q): the rows as given, or for
+  /// logits their probabilities, materialised into a row of their own.
+  const float* p_row(std::int64_t slot) {
+    if constexpr (kLogits) {
+      logits_.materialise_target(slot, p_buffer_.data());
+      return p_buffer_.data();
+    } else {
+      const std::int64_t stride = batch_.target_stride ? batch_.target_stride : size_;
+      return size_ > 0 ? batch_.target_probs + slot * stride : nullptr;
+    }
+  }
+  const float* q_row(std::int64_t draft) {
+    if (!has_q_) return nullptr;
+    if constexpr (kLogits) {
+      logits_.materialise_draft(draft, q_buffer_.data());
+      return q_buffer_.data();
+    } else {
+      const std::int64_t stride = batch_.draft_stride ? batch_.draft_stride : size_;
+      return size_ > 0 ? batch_.draft_probs + draft * stride : nullptr;
+    }
   }
   bool holds(std::int32_t token) const { return token >= start_ && token - start_ < size_; }
 
@@ -489,8 +584,10 @@ class ChainVerify {
     NodeFields f;
     f.max = need.max || need.argmax || traits::on_reject == Draw::argmax || traits::on_bonus == Draw::argmax;
     f.entropy = need.entropy;
-    f.divergence = need.divergence;
-    f.after = need.divergence && !has_q_;
+    f.divergence = need.divergence && (has_q_ || !kLogits);
+    f.after = need.divergence && !has_q_ && !kLogits;
+    if (kLogits) f.max = false;  // the merged views'
+
     f.coupled = kCoupled;
     return f;
   }
@@ -529,7 +626,7 @@ class ChainVerify {
             const detail::TermSum t = divergence_part(p, q, 0, size_, 1.0);
             n.divergence = TermWire::of(t);
             if (!t.ok) q_ok = p_ok = false;  // named below by a scan of each
-          } else {
+          } else if (!kLogits) {  // (logits: from p(x) alone, in Rows)
             const auto [lo, mid] = before_x(x);
             const auto [mid2, hi] = after_x(x);
             const detail::TermSum a = divergence_part(p, nullptr, lo, mid, 1.0);
@@ -540,8 +637,13 @@ class ChainVerify {
           }
         }
         if (kCoupled) {
-          n.coupled = gumbel_best(p, size_, start_, core::coupled_seed(randomness_, b),
-                                  core::coupled_position(randomness_, b, d));
+          const std::uint64_t seed = core::coupled_seed(randomness_, b);
+          const std::int64_t position = core::coupled_position(randomness_, b, d);
+          if constexpr (kLogits) {
+            n.coupled = logits_.gumbel_best(slot, seed, position, p);
+          } else {
+            n.coupled = gumbel_best(p, size_, start_, seed, position);
+          }
           p_ok = p_ok && n.coupled.ok;
         }
         if (!p_ok) n.p_bad = first_bad(p, size_, start_);
@@ -581,6 +683,20 @@ class ChainVerify {
         }
         node.p_bad.merge(n.p_bad);
         node.q_bad.merge(n.q_bad);
+      });
+    }
+    if constexpr (kLogits) {
+      for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot) {
+        Node& node = nodes_[static_cast<std::size_t>(slot)];
+        const MergedView& p = logits_.target(slot);
+        node.max = p.max_p();
+        node.argmax = p.argmax;
+        node.max_ok = node.p_ok = p.ok;
+        if (has_q_ && d < layout_.count(b)) {
+          const MergedView& q = logits_.draft(layout_.draft_row(b, d));
+          node.q_ok = q.ok;
+          node.q_mass = q.has_mass();
+        }
       });
     }
   }
@@ -663,6 +779,17 @@ class ChainVerify {
     PendingDraw& pd = pending_[b];
     const std::int64_t base = layout_.target_row(b, -1);
     const std::int32_t limit = traits::cut(rule_, layout_.first(b), layout_.count(b));
+    if constexpr (kLogits) {  // a bad logit in any of the sequence's rows comes first (run() names it)
+      for (std::int32_t d = 0; d <= layout_.count(b); ++d) {
+        const Node& n = nodes_[static_cast<std::size_t>(base + d)];
+        if (n.p_ok && n.q_ok) continue;
+        const bool p_bad = !n.p_ok;
+        r.fault = core::Fault{core::FaultKind::bad_value, d, d < layout_.count(b) ? d : d - 1, p_bad ? base + d : -1,
+                              p_bad ? -1 : layout_.draft_row(b, d)};
+        pd.active = false;
+        return;
+      }
+    }
     if (r.fault.kind == core::FaultKind::bad_value && r.fault.column < 0) {
       name(r.fault, nodes_[static_cast<std::size_t>(base + r.fault.position)]);
     }
@@ -698,7 +825,7 @@ class ChainVerify {
     }
   }
 
-  Weights weights(const PendingDraw& pd, bool residual) const {
+  Weights weights(const PendingDraw& pd, bool residual) {
     const float* p = p_row(pd.slot);
     if (!residual) return Weights::target(p, size_);
     const float* q = has_q_ ? q_row(pd.q_row) : nullptr;
@@ -843,7 +970,7 @@ class ChainVerify {
   std::int32_t ranks() const { return std::max(1, batch_.shard.ranks); }
 
   const Rule& rule_;
-  const ChainBatch<float>& batch_;
+  const Batch& batch_;
   const Randomness& randomness_;
   const Comm& comm_;
   core::ChainLayout layout_;
@@ -853,6 +980,8 @@ class ChainVerify {
   std::vector<Node> nodes_;
   std::vector<core::WalkResult> results_;
   std::vector<PendingDraw> pending_;
+  Logits logits_;
+  std::vector<float> p_buffer_, q_buffer_;  // rows of logits: a node's p and q over the slice
 };
 
 }  // namespace cpu::shard
@@ -872,7 +1001,23 @@ VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Rando
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
   static_assert(rule_traits<Rule>::joint == Joint::none,
                 "the sharded verify covers rules that test draft by draft so far (not Block or Traversal)");
-  cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm> v(rule, batch, randomness, comm);
+  cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm, ChainBatch<float>> v(rule, batch, randomness, comm);
+  v.agree(out, options);
+  if (batch.batch_size == 0) return {};
+  return v.run(out);
+}
+
+/// Verifies this rank's slice of a sharded chain batch of logits: target, draft and guidance rows
+/// sliced alike, the bitmask in its global layout, a reduced draft vocabulary's rows whole on every
+/// rank (cpu/sharded_logits.hpp), in any row type the unsharded verify reads; otherwise as above.
+template <class Rule, class Logit, class Comm,
+          class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
+VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
+                   const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
+  static_assert(rule_traits<Rule>::joint == Joint::none,
+                "the sharded verify covers rules that test draft by draft so far (not Block or Traversal)");
+  static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
+  cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm, LogitsChainBatch<Logit>> v(rule, batch, randomness, comm);
   v.agree(out, options);
   if (batch.batch_size == 0) return {};
   return v.run(out);
