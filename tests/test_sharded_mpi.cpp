@@ -10,6 +10,7 @@
 
 #include "specverify/mpi.hpp"
 #include "support/sharded_chains.hpp"
+#include "support/sharded_logit_chains.hpp"
 
 namespace sv = specverify;
 using namespace specverify::testing::sharded;
@@ -64,6 +65,17 @@ Outcome mpi_verify(const Rule& rule, const Chains& c, const sv::Randomness& r, b
   });
 }
 
+/// This rank's slice of a logits batch, verified over MPI.
+template <class Rule>
+Outcome mpi_verify_logits(const Rule& rule, const LogitChains& c, const sv::Randomness& r, bool one_hot,
+                          const std::vector<std::int32_t>& bounds) {
+  RankRows rows;
+  rank_batch(c, one_hot, bounds, g_rank, Layout::copies, rows);
+  return capture(c.shape, [&](const sv::ChainOutput& out) {
+    return sv::verify(rule, rows.batch, r, out, sv::MpiCommunicator{MPI_COMM_WORLD});
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,6 +92,23 @@ int main(int argc, char** argv) {
         const sv::Randomness r = randomness(c, one_hot);
         expect(name + " V=" + std::to_string(V) + (one_hot ? " one-hot" : ""), mpi_verify(rule, c, r, one_hot, bounds),
                unsharded(rule, c, r, one_hot));
+      }
+    });
+  }
+  // Rows of logits with every sampling parameter, guidance, a bitmask, penalties and a bias.
+  LogitFeatures everything;
+  everything.quantised = everything.guidance = everything.mask = everything.penalties = true;
+  everything.draft_params = everything.top_p_alone = true;
+  for (const std::int32_t V : {7, 3000}) {
+    const LogitChains c = make_logit_chains(5, V, 4, everything, 41 + V, 43 + V);
+    const auto bounds = random_bounds(V, g_ranks, rng);
+    every_rule(c.shape, [&](const std::string& name, const auto& rule) {
+      for (const bool one_hot : {false, true}) {
+        const sv::Randomness r = randomness(c.shape, one_hot);
+        const sv::LogitsChainBatch<float> whole = c.whole(one_hot);
+        const Outcome want = capture(c.shape, [&](const sv::ChainOutput& out) { return sv::verify(rule, whole, r, out); });
+        expect("logits " + name + " V=" + std::to_string(V) + (one_hot ? " one-hot" : ""),
+               mpi_verify_logits(rule, c, r, one_hot, bounds), want);
       }
     });
   }

@@ -192,7 +192,8 @@ PyLogitsFields::PyLogitsFields(py::handle target_params_, py::handle draft_param
                                py::handle guidance_scale_, py::handle allowed_tokens_, py::handle history_offsets,
                                py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
                                py::handle bias_tokens, py::handle bias_values, std::int32_t batch_size,
-                               std::int32_t vocab_size, std::int64_t target_rows, Elem row_elem)
+                               std::int32_t vocab_size, std::int64_t target_rows, Elem row_elem,
+                               std::int32_t bitmask_vocab)
     : target_params(per_sequence(target_params_, "target_params", Elem::sampling_params, batch_size, false)),
       draft_params(per_sequence(draft_params_, "draft_params", Elem::sampling_params, batch_size)),
       draft_to_target(as_array(draft_to_target_, "draft_to_target", Elem::int32, 1, false, true)),
@@ -222,11 +223,12 @@ PyLogitsFields::PyLogitsFields(py::handle target_params_, py::handle draft_param
     }
   }
   if (allowed_tokens.present()) {
-    const std::int64_t words = (std::int64_t{vocab_size} + 31) / 32;
+    const std::int64_t words = (std::int64_t{bitmask_vocab} + 31) / 32;  // the whole vocabulary's
     expect_extent(allowed_tokens, "allowed_tokens", 0, target_rows,
                   "it needs one bitmask per target row (" + std::to_string(target_rows) + ")");
     expect_extent(allowed_tokens, "allowed_tokens", 1, words,
-                  "it needs ceil(V / 32) = " + std::to_string(words) + " words per row (V = " + v + ")");
+                  "it needs ceil(V / 32) = " + std::to_string(words) + " words per row (V = " +
+                      std::to_string(bitmask_vocab) + ")");
     // The C++ field has no row stride.
     if (allowed_tokens.shape[0] > 1 && allowed_tokens.strides[0] != words) {
       reject("allowed_tokens: rows must be contiguous and adjacent (row stride ",
@@ -294,7 +296,8 @@ PyLogitsChainBatch::PyLogitsChainBatch(py::handle offsets_, py::handle tokens, p
                                        py::handle unconditional_first_row, py::handle guidance_scale,
                                        py::handle allowed_tokens, py::handle history_offsets,
                                        py::handle history_tokens, py::handle history_counts,
-                                       py::handle bias_offsets, py::handle bias_tokens, py::handle bias_values)
+                                       py::handle bias_offsets, py::handle bias_tokens, py::handle bias_values,
+                                       py::handle shard_, py::handle vocab_size_)
     : offsets(offsets_, tokens, "draft_offsets"),
       target_logits(as_rows(target, "target_logits", drafts() + offsets.batch_size,
                             rows_needed(drafts(), offsets.batch_size, kChainRows), false, Elem::logits)),
@@ -305,10 +308,21 @@ PyLogitsChainBatch::PyLogitsChainBatch(py::handle offsets_, py::handle tokens, p
       fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
              guidance_scale, allowed_tokens, history_offsets, history_tokens, history_counts, bias_offsets,
              bias_tokens, bias_values, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
-             drafts() + offsets.batch_size, target_logits.elem),
+             drafts() + offsets.batch_size, target_logits.elem,
+             vocab_size_.is_none() ? as_int32(target_logits.shape[1], "vocab size")
+                                   : as_int32(vocab_size_.cast<std::int64_t>(), "vocab_size")),
       batch_size(offsets.batch_size),
       vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
   expect_draft_length(draft_logits, fields, vocab_size);
+  // A sharded batch: the target, draft and guidance rows are this rank's slice (a reduced draft
+  // vocabulary's rows whole), vocab_size the whole vocabulary's.
+  if (!shard_.is_none()) shard = shard_.cast<VocabShard>();
+  global_vocab = vocab_size_.is_none() ? vocab_size : as_int32(vocab_size_.cast<std::int64_t>(), "vocab_size");
+  const std::int32_t slice = shard.whole() ? global_vocab : shard.local_vocab_size;
+  if (vocab_size != slice) {
+    reject("target_logits rows hold ", vocab_size, " values, but the batch's slice of the vocabulary has ", slice,
+           " (shard.local_vocab_size, or vocab_size without a shard)");
+  }
 }
 
 PyLogitsChainBatch PyLogitsChainBatch::fresh() const {
@@ -319,7 +333,7 @@ PyLogitsChainBatch PyLogitsChainBatch::fresh() const {
           source_or_none(fields.allowed_tokens), source_or_none(fields.history.offsets),
           source_or_none(fields.history.entries.tokens), source_or_none(fields.history.entries.values),
           source_or_none(fields.bias.offsets), source_or_none(fields.bias.entries.tokens),
-          source_or_none(fields.bias.entries.values)};
+          source_or_none(fields.bias.entries.values), py::cast(shard), py::int_(global_vocab)};
 }
 
 std::vector<Extent> PyLogitsChainBatch::inputs() const {
@@ -335,7 +349,7 @@ RowTypes<LogitsChainBatch> PyLogitsChainBatch::view() {
   offsets.snapshot();
   return of_row_type<LogitsChainBatch>(target_logits.elem, [&](auto& b) {
     b.batch_size = batch_size;
-    b.vocab_size = vocab_size;
+    b.vocab_size = global_vocab;
     b.draft_offsets = offsets.data();
     b.draft_tokens = offsets.tokens();
     point(b.target_logits, target_logits);
@@ -343,6 +357,7 @@ RowTypes<LogitsChainBatch> PyLogitsChainBatch::view() {
     b.target_stride = target_logits.row_stride();
     b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
     fields.fill(b, offsets);
+    b.shard = shard;
   });
 }
 
@@ -367,7 +382,7 @@ PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents
       fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
              guidance_scale, allowed_tokens, history_offsets, history_tokens, history_counts, bias_offsets,
              bias_tokens, bias_values, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
-             drafts() + offsets.batch_size, target_logits.elem),
+             drafts() + offsets.batch_size, target_logits.elem, as_int32(target_logits.shape[1], "vocab size")),
       batch_size(offsets.batch_size),
       vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
   expect_draft_length(draft_logits, fields, vocab_size);

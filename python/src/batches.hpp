@@ -212,7 +212,7 @@ struct PyLogitsFields {
                  py::handle guidance_scale_, py::handle allowed_tokens_, py::handle history_offsets,
                  py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
                  py::handle bias_tokens, py::handle bias_values, std::int32_t batch_size,
-                 std::int32_t vocab_size, std::int64_t target_rows, Elem row_elem);
+                 std::int32_t vocab_size, std::int64_t target_rows, Elem row_elem, std::int32_t bitmask_vocab);
 
   /// The draft rows' length: len(draft_to_target), else V.
   std::int32_t draft_row_length(std::int32_t vocab_size) const {
@@ -236,12 +236,16 @@ struct PyLogitsChainBatch {
   std::int32_t batch_size = 0;
   std::int32_t vocab_size = 0;
 
+  VocabShard shard{};
+  std::int32_t global_vocab = 0;  // V of a sharded batch (the sliced rows hold shard.local_vocab_size)
+
   PyLogitsChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft,
                      py::handle target_params, py::handle draft_params, py::handle draft_to_target,
                      py::handle unconditional_logits, py::handle unconditional_first_row,
                      py::handle guidance_scale, py::handle allowed_tokens, py::handle history_offsets,
                      py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
-                     py::handle bias_tokens, py::handle bias_values);
+                     py::handle bias_tokens, py::handle bias_values, py::handle shard_ = py::none(),
+                     py::handle vocab_size_ = py::none());
   std::int64_t drafts() const { return offsets.drafts(); }
   PyLogitsChainBatch fresh() const;
   std::vector<Extent> inputs() const;

@@ -223,13 +223,15 @@ void bind_module(py::module_& m) {
   logits_chain
       .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
                     py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
-                    py::handle>(),
+                    py::handle, py::handle, py::handle>(),
            py::kw_only(), "draft_offsets"_a, "draft_tokens"_a, "target_logits"_a, "draft_logits"_a = py::none(),
            "target_params"_a, "draft_params"_a = py::none(), "draft_to_target"_a = py::none(),
            "unconditional_logits"_a = py::none(), "unconditional_first_row"_a = py::none(),
            "guidance_scale"_a = py::none(), "allowed_tokens"_a = py::none(), "history_offsets"_a = py::none(),
            "history_tokens"_a = py::none(), "history_counts"_a = py::none(), "bias_offsets"_a = py::none(),
-           "bias_tokens"_a = py::none(), "bias_values"_a = py::none())
+           "bias_tokens"_a = py::none(), "bias_values"_a = py::none(), "shard"_a = py::none(),
+           "vocab_size"_a = py::none())
+      .def_property_readonly("shard", [](const PyLogitsChainBatch& b) { return b.shard; })
       .def_property_readonly("draft_offsets", &offsets_source<PyLogitsChainBatch>)
       .def_property_readonly("draft_tokens", &tokens_source<PyLogitsChainBatch>)
       .def_property_readonly("target_logits", source_of(&PyLogitsChainBatch::target_logits))
@@ -339,6 +341,11 @@ void bind_module(py::module_& m) {
         "this rank's message, a 1-D uint8 array, and returns every rank's concatenated in rank order.");
   m.def("verify", &verify_logits_chains, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "max_threads"_a = 0);
+  m.def("verify", &verify_logits_chains_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
+        "all_gather"_a, "max_threads"_a = 0,
+        "verify(..., all_gather=fn) over this rank's slice of a sharded LogitsChainBatch (batch.shard): the\n"
+        "target, draft and unconditional rows sliced alike, allowed_tokens in its whole-vocabulary layout,\n"
+        "draft rows over a reduced draft vocabulary whole on every rank.");
   m.def("verify", &verify_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "max_threads"_a = 0);
   m.def("verify", &verify_logits_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),

@@ -99,6 +99,10 @@ VerifyStats verify_logits_trees(py::handle rule, const PyLogitsTreeBatch& batch,
 VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
                                   const PyChainOutput& out, const py::function& all_gather,
                                   const py::int_& max_threads);
+/// verify(..., all_gather=fn) over a sharded LogitsChainBatch.
+VerifyStats verify_logits_chains_sharded(py::handle rule, const PyLogitsChainBatch& batch,
+                                         const PyRandomness& randomness, const PyChainOutput& out,
+                                         const py::function& all_gather, const py::int_& max_threads);
 
 /// Binds _verify_padded and _accept_uniforms, the C++ half of specverify.padded.
 void bind_padded(py::module_& m);

@@ -1,6 +1,6 @@
-// verify(..., all_gather=fn) over a sharded ChainBatch (API.md "Sharded vocabulary"): fn(send)
-// takes this rank's message as a 1-D uint8 NumPy array and returns every rank's, concatenated in
-// rank order, so torch.distributed or mpi4py can serve.
+// verify(..., all_gather=fn) over a sharded ChainBatch or LogitsChainBatch (API.md "Sharded
+// vocabulary"): fn(send) takes this rank's message as a 1-D uint8 NumPy array and returns every
+// rank's, concatenated in rank order, so torch.distributed or mpi4py can serve.
 #include <pybind11/numpy.h>
 
 #include <algorithm>
@@ -34,11 +34,10 @@ struct PyCommunicator {
   }
 };
 
-}  // namespace
-
-VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
-                                  const PyChainOutput& out, const py::function& all_gather,
-                                  const py::int_& max_threads) {
+/// verify_batch_with over this rank's slice, the ranks gathered by all_gather.
+template <class PyBatch>
+VerifyStats verify_sharded(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
+                           const PyChainOutput& out, const py::function& all_gather, const py::int_& max_threads) {
   const PyCommunicator comm{&all_gather, std::max(1, batch.shard.ranks)};
   return verify_batch_with(rule, batch, randomness, out, max_threads,
                            [&](const auto& cpp_rule, const auto& rows, const Randomness& r, const ChainOutput& o,
@@ -51,6 +50,20 @@ VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, co
                                    "specverify::verify: the sharded verify does not take Block or Traversal yet");
                              }
                            });
+}
+
+}  // namespace
+
+VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
+                                  const PyChainOutput& out, const py::function& all_gather,
+                                  const py::int_& max_threads) {
+  return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
+}
+
+VerifyStats verify_logits_chains_sharded(py::handle rule, const PyLogitsChainBatch& batch,
+                                         const PyRandomness& randomness, const PyChainOutput& out,
+                                         const py::function& all_gather, const py::int_& max_threads) {
+  return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
 }
 
 }  // namespace specverify::python

@@ -41,11 +41,13 @@ class Reader {
   const unsigned char* at_;
 };
 
-/// What every rank receives of one phase: ranks messages of `bytes` each.
+/// What every rank receives of one phase: ranks messages of `bytes` each. A phase with nothing to
+/// send (its layout, the same on every rank, is empty) makes no call: collectives such as gloo's
+/// fail on empty buffers.
 template <class Comm>
 std::vector<unsigned char> gather(const Comm& comm, const Message& m, std::int32_t ranks) {
   std::vector<unsigned char> all(m.size() * static_cast<std::size_t>(ranks));
-  comm.all_gather(m.data(), m.size(), all.data());
+  if (m.size() > 0) comm.all_gather(m.data(), m.size(), all.data());
   return all;
 }
 
