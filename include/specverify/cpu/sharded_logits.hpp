@@ -133,17 +133,21 @@ class LogitSlices {
   /// p of target row t (q of draft row j) at this rank's tokens, the unsharded view's bits.
   void materialise_target(std::int64_t t, float* out) { materialise(false, t, out); }
   void materialise_draft(std::int64_t j, float* out) { materialise(true, j, out); }
+  /// p of target row t (q of draft row j) at a token this rank holds: one element of the above.
+  float target_value(std::int64_t t, std::int32_t token) { return value(false, t, token); }
+  float draft_value(std::int64_t j, std::int32_t token) { return value(true, j, token); }
 
   /// Coupled sampling's winner over this rank's slice of target row t: the key (g - max)/T +
   /// Gumbel(seed, position, token) over kept tokens, as LogitRows::gumbel_argmax; p its value.
-  GumbelBest gumbel_best(std::int64_t t, std::uint64_t seed, std::int64_t position, const float* p) {
+  GumbelBest gumbel_best(std::int64_t t, std::uint64_t seed, std::int64_t position) {
     const MergedView& m = target(t);
     GumbelBest best;
     if (!m.ok || !m.has_mass() || m.greedy) {  // the argmax, named by the rank holding it
-      if (m.argmax >= start_ && m.argmax - start_ < size_) best = {0.0, m.argmax, p[m.argmax - start_]};
+      if (m.argmax >= start_ && m.argmax - start_ < size_) best = {0.0, m.argmax, value(false, t, m.argmax)};
       return best;
     }
-    const Row row = open(room_, false, t);
+    const core::LogitView<Logit> view = slice_view(false, t);
+    const Row& row = view.row;
     std::uint32_t words[4];
     std::uint32_t cached = 0xffffffffu;
     for (std::int32_t i = 0; i < size_; ++i) {
@@ -157,8 +161,9 @@ class LogitSlices {
         core::gumbel_words(seed, position, cached, words);
       }
       const double key = double(a) + core::gumbel(words[token & 3]);
-      if (key > best.key) best = {key, static_cast<std::int32_t>(token), p[i]};
+      if (key > best.key) best = {key, static_cast<std::int32_t>(token), 0.0f};
     }
+    if (best.token >= 0) best.p = core::probability_at(view, best.token - start_);
     return best;
   }
 
@@ -527,19 +532,14 @@ class LogitSlices {
     }
   }
 
-  void materialise(bool draft, std::int64_t r, float* out) {
-    std::fill(out, out + size_, 0.0f);
-    if (size_ == 0) return;
-    if (draft && whole_drafts()) {  // q at this rank's tokens, through the draft vocabulary's map
-      const Row row = open(room_, true, r);
-      const core::LogitView<Logit> view = cpu::prepare<Arch>(row, whole_scratch());
-      if (!view.ok || !view.has_mass()) return;
-      for (std::int32_t i = 0; i < size_; ++i) out[i] = logits_detail::probability(view, start_ + i);
-      return;
-    }
+  /// The view of sliced row r over this rank's slice (row indices local) with the merged view's
+  /// parameters; valid until room_ is reused. ok = false: the row has no p to read (a bad logit,
+  /// or no kept token).
+  core::LogitView<Logit> slice_view(bool draft, std::int64_t r) {
     const MergedView& m = draft ? drafts_[static_cast<std::size_t>(r)] : targets_[static_cast<std::size_t>(r)];
-    if (!m.ok || !m.has_mass()) return;
     core::LogitView<Logit> view;
+    view.ok = m.ok && m.has_mass() && size_ > 0;
+    if (!view.ok) return view;
     view.row = open(room_, draft, r);
     view.greedy = m.greedy;
     view.max = m.max;
@@ -548,6 +548,40 @@ class LogitSlices {
     view.threshold = m.threshold;
     view.norm = m.norm;
     view.inv_norm = m.inv_norm;
+    return view;
+  }
+  /// A whole reduced draft row's view (read at target ids); ok as slice_view's.
+  core::LogitView<Logit> whole_view(std::int64_t j) {
+    core::LogitView<Logit> view;
+    if (size_ == 0) {
+      view.ok = false;
+      return view;
+    }
+    view = cpu::prepare<Arch>(open(room_, true, j), whole_scratch());
+    view.ok = view.ok && view.has_mass();
+    return view;
+  }
+
+  float value(bool draft, std::int64_t r, std::int32_t token) {
+    if (draft && whole_drafts()) {
+      const core::LogitView<Logit> view = whole_view(r);
+      return view.ok ? logits_detail::probability(view, token) : 0.0f;
+    }
+    const core::LogitView<Logit> view = slice_view(draft, r);
+    return view.ok ? core::probability_at(view, token - start_) : 0.0f;
+  }
+
+  void materialise(bool draft, std::int64_t r, float* out) {
+    if (draft && whole_drafts()) {  // q at this rank's tokens, through the draft vocabulary's map
+      const core::LogitView<Logit> view = whole_view(r);
+      for (std::int32_t i = 0; i < size_; ++i) out[i] = view.ok ? logits_detail::probability(view, start_ + i) : 0.0f;
+      return;
+    }
+    const core::LogitView<Logit> view = slice_view(draft, r);
+    if (!view.ok) {
+      std::fill(out, out + size_, 0.0f);
+      return;
+    }
     using B = logits_detail::F<Arch>;
     constexpr std::int32_t W = B::size;
     std::int32_t i = 0;

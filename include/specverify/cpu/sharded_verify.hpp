@@ -21,7 +21,7 @@
 //   6. tokens: the rank whose slice holds u times the total draws in it, from the exact sum of the
 //      slices before it.
 // So a rank sends 6 (5 without statistics) messages per call over probability rows, 7 over logits
-// (12 with top_p alone). So far: chains, with every rule that tests draft by draft (not Block,
+// (12 with top_p alone); a phase with nothing to send (the same on every rank) makes no call. So far: chains, with every rule that tests draft by draft (not Block,
 // not Traversal).
 #pragma once
 
@@ -533,7 +533,8 @@ class ChainVerify {
   /// logits their probabilities, materialised into a row of their own.
   const float* p_row(std::int64_t slot) {
     if constexpr (kLogits) {
-      logits_.materialise_target(slot, p_buffer_.data());
+      if (p_buffered_ != slot) logits_.materialise_target(slot, p_buffer_.data());
+      p_buffered_ = slot;
       return p_buffer_.data();
     } else {
       const std::int64_t stride = batch_.target_stride ? batch_.target_stride : size_;
@@ -543,7 +544,8 @@ class ChainVerify {
   const float* q_row(std::int64_t draft) {
     if (!has_q_) return nullptr;
     if constexpr (kLogits) {
-      logits_.materialise_draft(draft, q_buffer_.data());
+      if (q_buffered_ != draft) logits_.materialise_draft(draft, q_buffer_.data());
+      q_buffered_ = draft;
       return q_buffer_.data();
     } else {
       const std::int64_t stride = batch_.draft_stride ? batch_.draft_stride : size_;
@@ -601,12 +603,20 @@ class ChainVerify {
       NodeSlice n;
       const bool child = d < layout_.count(b);
       const std::int32_t x = child ? layout_.token(b, d) : -1;
-      const float* p = p_row(slot);
-      const float* q = child ? q_row(layout_.draft_row(b, d)) : nullptr;
+      // Rows of logits are materialised only for the sums over the slice; p(x) and q(x) alone
+      // are one element each.
+      const bool dense = !kLogits || need.entropy || (need.divergence && has_q_);
+      const float* p = dense ? p_row(slot) : nullptr;
+      const float* q = dense && child ? q_row(layout_.draft_row(b, d)) : nullptr;
       if (size_ > 0) {
         if (child && holds(x)) {
-          n.p_x = p[x - start_];
-          if (q) n.q_x = q[x - start_];
+          if constexpr (kLogits) {
+            n.p_x = logits_.target_value(slot, x);
+            if (has_q_) n.q_x = logits_.draft_value(layout_.draft_row(b, d), x);
+          } else {
+            n.p_x = p[x - start_];
+            if (q) n.q_x = q[x - start_];
+          }
         }
         bool p_ok = true, q_ok = true;
         if (want_max) {
@@ -640,7 +650,7 @@ class ChainVerify {
           const std::uint64_t seed = core::coupled_seed(randomness_, b);
           const std::int64_t position = core::coupled_position(randomness_, b, d);
           if constexpr (kLogits) {
-            n.coupled = logits_.gumbel_best(slot, seed, position, p);
+            n.coupled = logits_.gumbel_best(slot, seed, position);
           } else {
             n.coupled = gumbel_best(p, size_, start_, seed, position);
           }
@@ -982,6 +992,7 @@ class ChainVerify {
   std::vector<PendingDraw> pending_;
   Logits logits_;
   std::vector<float> p_buffer_, q_buffer_;  // rows of logits: a node's p and q over the slice
+  std::int64_t p_buffered_ = -1, q_buffered_ = -1;  // the rows they hold
 };
 
 }  // namespace cpu::shard
