@@ -23,6 +23,7 @@
 
 #include "specverify/specverify.hpp"
 #include "specverify/thread_communicator.hpp"
+#include "support/penalty_lists.hpp"
 
 namespace {
 
@@ -56,6 +57,37 @@ struct Result {
   }
 };
 
+/// Rows [0, count) of `rows` (V apart), columns [start, start + size), in a buffer of their own
+/// (sized exactly: ASan sees a read past the slice).
+std::vector<float> slice_of(const std::vector<float>& rows, std::int32_t V, std::int32_t count, std::int32_t start,
+                            std::int32_t size) {
+  std::vector<float> out;
+  for (std::int32_t row = 0; row < count; ++row) {
+    out.insert(out.end(), &rows[std::size_t(row) * V + start], &rows[std::size_t(row) * V + start + size]);
+  }
+  return out;
+}
+
+/// Runs rank k's verify of batch_of(k) on a thread each; every rank returns or throws the same,
+/// and where they return, what the unsharded verify (`whole`) returns: the sharded verify may read
+/// rows the unsharded one does not (and so refuse them), but on input it accepts the unsharded
+/// verify accepts it too, with the same outputs.
+template <class Rule, class BatchOf, class Capture>
+void expect_ranks(const Rule& rule, std::int32_t ranks, BatchOf batch_of, const Randomness& randomness,
+                  const Result& whole, Capture capture) {
+  ThreadGroup group(ranks);
+  std::vector<Result> results(static_cast<std::size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (std::int32_t k = 0; k < ranks; ++k) {
+    threads.emplace_back([&, batch = batch_of(k), k] {
+      results[k] = capture([&](const ChainOutput& out) { return verify(rule, batch, randomness, out, group.communicator(k)); });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Result& r : results) CHECK(r.same(results[0]));
+  if (results[0].error.empty()) CHECK(results[0].same(whole));
+}
+
 /// A logit from a small palette (ties on purpose) or an edge value.
 float edge_logit(FuzzedDataProvider& in) {
   static const float values[] = {-std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 88.0f, -88.0f, FLT_MAX,
@@ -83,8 +115,7 @@ SamplingParams fuzzed_params(FuzzedDataProvider& in, std::int32_t V) {
 
 /// As run() below over rows of logits.
 template <class Rule, class Capture>
-void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::int32_t V, std::int32_t K,
-                bool one_hot, const std::vector<std::int32_t>& offsets, const std::vector<std::int32_t>& tokens,
+void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::int32_t V, bool one_hot, const std::vector<std::int32_t>& offsets, const std::vector<std::int32_t>& tokens,
                 const std::vector<std::int32_t>& cuts, const Randomness& randomness, Capture capture) {
   const std::int32_t N = offsets.back(), ranks = static_cast<std::int32_t>(cuts.size()) - 1;
   std::vector<float> l(static_cast<std::size_t>(N + B) * V), d(static_cast<std::size_t>(N) * V),
@@ -104,19 +135,17 @@ void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::i
   const std::int32_t words = (V + 31) / 32;
   std::vector<std::uint32_t> allowed(static_cast<std::size_t>(N + B) * words);
   for (auto& w : allowed) w = in.ConsumeIntegral<std::uint32_t>() | in.ConsumeIntegral<std::uint32_t>();
-  std::vector<std::int32_t> h_offsets{0}, h_tokens, h_counts, b_offsets{0}, b_tokens;
-  std::vector<float> b_values;
+  specverify::testing::PenaltyListArrays lists;
   for (std::int32_t b = 0; b < B; ++b) {
     for (std::int32_t v = in.ConsumeIntegralInRange<std::int32_t>(0, V); v < V; v += in.ConsumeIntegralInRange<std::int32_t>(1, 9)) {
-      h_tokens.push_back(v);
-      h_counts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, 3));
+      lists.h_tokens.push_back(v);
+      lists.h_counts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, 3));
     }
-    h_offsets.push_back(static_cast<std::int32_t>(h_tokens.size()));
     if (in.ConsumeBool()) {
-      b_tokens.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V - 1));
-      b_values.push_back(edge_logit(in));
+      lists.b_tokens.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V - 1));
+      lists.b_values.push_back(edge_logit(in));
     }
-    b_offsets.push_back(static_cast<std::int32_t>(b_tokens.size()));
+    lists.end_sequence();
   }
   const auto fill = [&](LogitsChainBatch<float>& batch) {
     batch.target_params = target.data();
@@ -126,48 +155,26 @@ void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::i
       batch.guidance_scale = scales.data();
     }
     if (masked) batch.allowed_tokens = allowed.data();
-    if (listed) {
-      batch.history_offsets = h_offsets.data();
-      batch.history_tokens = h_tokens.data();
-      batch.history_counts = h_counts.data();
-      batch.bias_offsets = b_offsets.data();
-      batch.bias_tokens = b_tokens.data();
-      batch.bias_values = b_values.data();
-    }
+    if (listed) lists.attach(batch);
   };
   LogitsChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), l.data(), one_hot ? nullptr : d.data()};
   fill(whole_batch);
   if (guided) whole_batch.unconditional_logits = u.data();
   const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
 
-  ThreadGroup group(ranks);
-  std::vector<Result> results(static_cast<std::size_t>(ranks));
   std::vector<std::vector<float>> ls(static_cast<std::size_t>(ranks)), ds(ls), us(ls);
-  std::vector<std::thread> threads;
-  for (std::int32_t k = 0; k < ranks; ++k) {
+  expect_ranks(rule, ranks, [&](std::int32_t k) {
     const std::int32_t start = cuts[k], size = cuts[k + 1] - cuts[k];
-    const auto slice = [&](const std::vector<float>& rows, std::int32_t count, std::vector<float>& out) {
-      for (std::int32_t row = 0; row < count; ++row) {
-        out.insert(out.end(), &rows[std::size_t(row) * V + start], &rows[std::size_t(row) * V + start + size]);
-      }
-    };
-    slice(l, N + B, ls[k]);
-    slice(d, N, ds[k]);
-    slice(u, N + B, us[k]);
+    ls[k] = slice_of(l, V, N + B, start, size);
+    ds[k] = slice_of(d, V, N, start, size);
+    us[k] = slice_of(u, V, N + B, start, size);
     LogitsChainBatch<float> batch{B, V, offsets.data(), tokens.data(), size ? ls[k].data() : nullptr, nullptr};
     if (!one_hot && size) batch.draft_logits = ds[k].empty() ? ls[k].data() : ds[k].data();
     fill(batch);
     if (guided && size) batch.unconditional_logits = us[k].data();
-    if (guided && !size) batch.unconditional_logits = ls[k].data() + 1;  // any non-null: no row is read
     batch.shard = {k, ranks, start, size};
-    threads.emplace_back([&, batch, k] {
-      results[k] = capture([&](const ChainOutput& out) { return verify(rule, batch, randomness, out, group.communicator(k)); });
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const Result& r : results) CHECK(r.same(results[0]));
-  if (results[0].error.empty()) CHECK(results[0].same(whole));
-  (void)K;
+    return batch;
+  }, randomness, whole, capture);
 }
 
 template <class Rule>
@@ -207,30 +214,20 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
     }
     return r;
   };
-  if (logits) return run_logits(rule, in, B, V, K, one_hot, offsets, tokens, cuts, randomness, capture);
+  if (logits) return run_logits(rule, in, B, V, one_hot, offsets, tokens, cuts, randomness, capture);
   const ChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), p.data(), one_hot ? nullptr : q.data()};
   const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
 
-  ThreadGroup group(ranks);
-  std::vector<Result> results(static_cast<std::size_t>(ranks));
-  std::vector<std::vector<float>> ps(static_cast<std::size_t>(ranks)), qs(static_cast<std::size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (std::int32_t k = 0; k < ranks; ++k) {
+  std::vector<std::vector<float>> ps(static_cast<std::size_t>(ranks)), qs(ps);
+  expect_ranks(rule, ranks, [&](std::int32_t k) {
     const std::int32_t start = cuts[k], size = cuts[k + 1] - cuts[k];
-    for (std::int32_t row = 0; row < N + B; ++row) ps[k].insert(ps[k].end(), &p[std::size_t(row) * V + start], &p[std::size_t(row) * V + start + size]);
-    for (std::int32_t row = 0; row < N; ++row) qs[k].insert(qs[k].end(), &q[std::size_t(row) * V + start], &q[std::size_t(row) * V + start + size]);
+    ps[k] = slice_of(p, V, N + B, start, size);
+    qs[k] = slice_of(q, V, N, start, size);
     ChainBatch<float> batch{B, V, offsets.data(), tokens.data(), size ? ps[k].data() : nullptr, nullptr};
     if (!one_hot && size) batch.draft_probs = qs[k].empty() ? ps[k].data() : qs[k].data();
     batch.shard = {k, ranks, start, size};
-    threads.emplace_back([&, batch, k] {
-      results[k] = capture([&](const ChainOutput& out) { return verify(rule, batch, randomness, out, group.communicator(k)); });
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const Result& r : results) CHECK(r.same(results[0]));
-  // The sharded verify may read rows the unsharded one does not (and so refuse them); on input it
-  // accepts, the unsharded verify accepts it too, with the same outputs.
-  if (results[0].error.empty()) CHECK(results[0].same(whole));
+    return batch;
+  }, randomness, whole, capture);
 }
 
 }  // namespace
