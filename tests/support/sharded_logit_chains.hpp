@@ -365,9 +365,9 @@ inline void rank_batch(const LogitChains& c, bool one_hot, const std::vector<std
       b.unconditional_logits = c.uncond.data() + start;
       b.unconditional_stride = V;
     }
-  } else if (size == 0) {  // an empty slice passes null rows
+  } else if (size == 0) {  // an empty slice passes null rows (whole draft rows too: it reads none)
     b.target_logits = nullptr;
-    if (sliced_draft) b.draft_logits = nullptr;
+    if (!one_hot) b.draft_logits = nullptr;
     b.unconditional_logits = nullptr;
   } else {
     const std::int32_t pad = layout == Layout::padded ? 3 : 0;

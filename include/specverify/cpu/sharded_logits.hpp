@@ -66,23 +66,17 @@ class LogitSlices {
   using Batch = LogitsChainBatch<Logit>;
   using Row = core::LogitRow<Logit>;
 
-  /// An opened row's room: its window of the bitmask and its overlay.
-  struct Room {
-    core::OverlayRoom overlay;
-    std::vector<std::uint32_t> bits;
-  };
-
   LogitSlices(const Batch& batch, const core::ChainLayout& layout) : batch_(batch), layout_(layout) {}
 
-  /// Whether sequence b's rows of this kind are read whole on every rank (a reduced draft vocabulary).
-  bool whole_drafts() const { return batch_.draft_vocab_size > 0 && batch_.draft_logits; }
+  /// Whether the draft rows are read whole on every rank (a reduced draft vocabulary; a rank with
+  /// an empty slice may pass them null all the same).
+  bool whole_drafts() const { return batch_.draft_vocab_size > 0; }
 
   /// After validation: this rank's slice and the maps validation built.
   void bind(std::int32_t start, std::int32_t size, bool has_q, std::vector<std::int32_t> target_to_draft,
             std::vector<std::int32_t> bias_order) {
     start_ = start;
     size_ = size;
-    has_q_ = has_q;
     target_to_draft_ = std::move(target_to_draft);
     bias_order_ = std::move(bias_order);
     Batch local = batch_;  // this rank's slices as rows of their own
@@ -168,6 +162,12 @@ class LogitSlices {
   }
 
  private:
+  /// An opened row's room: its window of the bitmask and its overlay.
+  struct Room {
+    core::OverlayRoom overlay;
+    std::vector<std::uint32_t> bits;
+  };
+
   const SamplingParams& params(bool draft, std::int64_t r) const {
     const std::int32_t b = draft ? draft_seq_[static_cast<std::size_t>(r)] : target_seq_[static_cast<std::size_t>(r)];
     return draft ? local_.draft_params_of(b) : batch_.target_params[b];
@@ -598,7 +598,6 @@ class LogitSlices {
   const Batch& batch_;
   const core::ChainLayout& layout_;
   std::int32_t start_ = 0, size_ = 0;
-  bool has_q_ = false;
   std::vector<std::int32_t> target_to_draft_, bias_order_;
   core::LogitSource<Logit> local_{}, whole_{};
   std::vector<std::int32_t> target_seq_, draft_seq_;
