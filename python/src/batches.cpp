@@ -56,6 +56,19 @@ Array per_sequence(py::handle obj, const char* name, Elem elem, std::int32_t bat
   return a;
 }
 
+/// A sharded batch's slice and the whole vocabulary's size (vocab_size; without it the rows'
+/// length): the rows, `row_length` long, must hold the slice.
+void take_shard(py::handle shard_, py::handle vocab_size_, std::int32_t row_length, const char* rows,
+                VocabShard& shard, std::int32_t& global_vocab) {
+  if (!shard_.is_none()) shard = shard_.cast<VocabShard>();
+  global_vocab = vocab_size_.is_none() ? row_length : as_int32(vocab_size_.cast<std::int64_t>(), "vocab_size");
+  const std::int32_t slice = shard.whole() ? global_vocab : shard.local_vocab_size;
+  if (row_length != slice) {
+    reject(rows, " rows hold ", row_length, " values, but the batch's slice of the vocabulary has ", slice,
+           " (shard.local_vocab_size, or vocab_size without a shard)");
+  }
+}
+
 }  // namespace
 
 PyChainBatch::PyChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft,
@@ -73,14 +86,7 @@ PyChainBatch::PyChainBatch(py::handle offsets_, py::handle tokens, py::handle ta
     expect_extent(target_row_max, "target_row_max", 0, rows,
                   "it needs one value per target row (" + std::to_string(rows) + ")");
   }
-  // A sharded batch: the rows are this rank's slice, vocab_size the whole vocabulary's.
-  if (!shard_.is_none()) shard = shard_.cast<VocabShard>();
-  global_vocab = vocab_size_.is_none() ? vocab_size : as_int32(vocab_size_.cast<std::int64_t>(), "vocab_size");
-  const std::int32_t slice = shard.whole() ? global_vocab : shard.local_vocab_size;
-  if (vocab_size != slice) {
-    reject("target_probs rows hold ", vocab_size, " values, but the batch's slice of the vocabulary has ", slice,
-           " (shard.local_vocab_size, or vocab_size without a shard)");
-  }
+  take_shard(shard_, vocab_size_, vocab_size, "target_probs", shard, global_vocab);
 }
 
 PyChainBatch PyChainBatch::fresh() const {
@@ -314,15 +320,8 @@ PyLogitsChainBatch::PyLogitsChainBatch(py::handle offsets_, py::handle tokens, p
       batch_size(offsets.batch_size),
       vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
   expect_draft_length(draft_logits, fields, vocab_size);
-  // A sharded batch: the target, draft and guidance rows are this rank's slice (a reduced draft
-  // vocabulary's rows whole), vocab_size the whole vocabulary's.
-  if (!shard_.is_none()) shard = shard_.cast<VocabShard>();
-  global_vocab = vocab_size_.is_none() ? vocab_size : as_int32(vocab_size_.cast<std::int64_t>(), "vocab_size");
-  const std::int32_t slice = shard.whole() ? global_vocab : shard.local_vocab_size;
-  if (vocab_size != slice) {
-    reject("target_logits rows hold ", vocab_size, " values, but the batch's slice of the vocabulary has ", slice,
-           " (shard.local_vocab_size, or vocab_size without a shard)");
-  }
+  // The target, draft and guidance rows are this rank's slice (a reduced draft vocabulary's whole).
+  take_shard(shard_, vocab_size_, vocab_size, "target_logits", shard, global_vocab);
 }
 
 PyLogitsChainBatch PyLogitsChainBatch::fresh() const {

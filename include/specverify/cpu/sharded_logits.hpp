@@ -191,6 +191,10 @@ class LogitSlices {
     }
     return false;
   }
+  /// Sliced row r of a kind's place among the sliced rows (targets, then drafts).
+  std::size_t index(bool draft, std::int64_t r) const {
+    return draft ? targets_.size() + static_cast<std::size_t>(r) : static_cast<std::size_t>(r);
+  }
   /// Calls fn(draft, r, view) for every sliced row.
   template <class Fn>
   void for_sliced(Fn fn) {
@@ -399,7 +403,7 @@ class LogitSlices {
           v.argmax = argmax;
         }
         if (k == 0) return;
-        const std::size_t at = static_cast<std::size_t>(draft ? targets_.size() + std::size_t(r) : std::size_t(r));
+        const std::size_t at = index(draft, r);
         const std::int32_t count = in.get<std::int32_t>(), ties = in.get<std::int32_t>();
         const std::uint8_t full = in.get<std::uint8_t>();
         std::vector<float>& c = candidates[at];
@@ -442,7 +446,7 @@ class LogitSlices {
       }
       const std::int32_t k = top_k(p);
       if (k == 0) return;  // the norm phase's
-      const std::size_t at = static_cast<std::size_t>(draft ? targets_.size() + std::size_t(r) : std::size_t(r));
+      const std::size_t at = index(draft, r);
       std::vector<float>& c = candidates[at];
       float* const cs = c.data();
       auto m = static_cast<std::int32_t>(c.size());
@@ -462,10 +466,7 @@ class LogitSlices {
       v.norm = logits_detail::candidate_sum<Arch>(cs, m, v.threshold, v.max, v.inv_temperature).value();
       v.inv_norm = static_cast<float>(1.0 / v.norm);
     };
-    for (std::size_t t = 0; t < targets_.size(); ++t) finish(false, static_cast<std::int64_t>(t), targets_[t]);
-    if (!whole_drafts()) {
-      for (std::size_t j = 0; j < drafts_.size(); ++j) finish(true, static_cast<std::int64_t>(j), drafts_[j]);
-    }
+    for_sliced(finish);
   }
 
   /// Norm phase (above): rows with a temperature and no top_k; after the top_p rounds, the rows
@@ -481,55 +482,40 @@ class LogitSlices {
       return top_p_only(p) && !after_top_p ? 0.0f : p.min_p;
     };
     Message m;
-    const auto put = [&](bool draft, std::int64_t r, const MergedView& v) {
+    const auto put = [&](bool draft, std::int64_t r, const MergedView&) {
       if (!summed(draft, r)) return;
       logits_detail::WeightSums sums;
-      if (size_ > 0 && v.ok && v.has_mass()) {
-        const Row row = open(room_, draft, r);
-        core::LogitView<Logit> view;
-        view.row = row;
-        view.max = v.max;
-        view.inv_temperature = v.inv_temperature;
-        view.threshold = v.threshold;
+      if (const core::LogitView<Logit> view = slice_view(draft, r); view.ok) {  // the max and threshold so far
         const float w = min_w(draft, r);
-        sums = row.overlay.size
+        sums = view.row.overlay.size
                    ? logits_detail::weights_sums<Arch, logits_detail::Entries::excluded>(view, w, scratch_.data())
                    : logits_detail::weights_sums<Arch, logits_detail::Entries::none>(view, w, scratch_.data());
       }
       m.put(sums.norm);
       m.put(sums.lowest);
     };
-    for (std::size_t t = 0; t < targets_.size(); ++t) put(false, static_cast<std::int64_t>(t), targets_[t]);
-    if (!whole_drafts()) {
-      for (std::size_t j = 0; j < drafts_.size(); ++j) put(true, static_cast<std::int64_t>(j), drafts_[j]);
-    }
+    for_sliced(put);
     const std::int32_t ranks = static_cast<std::int32_t>(sizes.size());
     const auto all = gather(comm, m, ranks);
     std::vector<logits_detail::WeightSums> merged(targets_.size() + drafts_.size());
     for (std::int32_t rank = 0; rank < ranks; ++rank) {
       Reader in(all.data() + std::size_t(rank) * m.size());
-      const auto take = [&](bool draft, std::int64_t r) {
+      const auto take = [&](bool draft, std::int64_t r, const MergedView&) {
         if (!summed(draft, r)) return;
-        logits_detail::WeightSums& s = merged[static_cast<std::size_t>(draft ? targets_.size() + std::size_t(r) : std::size_t(r))];
+        logits_detail::WeightSums& s = merged[index(draft, r)];
         s.norm.merge(in.get<core::FixedSum>());
         s.lowest = std::min(s.lowest, in.get<float>());
       };
-      for (std::size_t t = 0; t < targets_.size(); ++t) take(false, static_cast<std::int64_t>(t));
-      if (!whole_drafts()) {
-        for (std::size_t j = 0; j < drafts_.size(); ++j) take(true, static_cast<std::int64_t>(j));
-      }
+      for_sliced(take);
     }
     const auto apply = [&](bool draft, std::int64_t r, MergedView& v) {
       if (!summed(draft, r) || !v.ok || !v.has_mass()) return;
-      const logits_detail::WeightSums& s = merged[static_cast<std::size_t>(draft ? targets_.size() + std::size_t(r) : std::size_t(r))];
+      const logits_detail::WeightSums& s = merged[index(draft, r)];
       if (min_w(draft, r) > 0.0f) v.threshold = s.lowest;
       v.norm = s.norm.value();
       v.inv_norm = static_cast<float>(1.0 / v.norm);
     };
-    for (std::size_t t = 0; t < targets_.size(); ++t) apply(false, static_cast<std::int64_t>(t), targets_[t]);
-    if (!whole_drafts()) {
-      for (std::size_t j = 0; j < drafts_.size(); ++j) apply(true, static_cast<std::int64_t>(j), drafts_[j]);
-    }
+    for_sliced(apply);
   }
 
   /// The view of sliced row r over this rank's slice (row indices local) with the merged view's

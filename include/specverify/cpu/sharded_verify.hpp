@@ -311,7 +311,7 @@ class ChainVerify {
   using Logit = typename LogitsOf<Batch>::type;
   static constexpr bool kLogits = !std::is_void_v<Logit>;
   struct NoLogits {};
-  using Logits = std::conditional_t<kLogits, LogitSlices<Arch, std::conditional_t<kLogits, Logit, float>>, NoLogits>;
+  using Logits = std::conditional_t<kLogits, LogitSlices<Arch, Logit>, NoLogits>;
 
  public:
   ChainVerify(const Rule& rule, const Batch& batch, const Randomness& randomness, const Comm& comm)
