@@ -79,7 +79,7 @@ void expect_same(const std::string& name, const Rule& rule, const Chains& c, std
 
 TEST(Sharded, MatchesUnshardedForEveryRuleAndSplit) {
   std::mt19937_64 rng(7);
-  for (const Rows kind : {Rows::normalised, Rows::unnormalised_large, Rows::tiny, Rows::peaked}) {
+  for (const Rows kind : {Rows::normalised, Rows::unnormalised_large, Rows::tiny, Rows::peaked, Rows::close}) {
     for (const std::int32_t V : {1, 7, 300}) {
       const Chains c = make_chains(5, V, 4, kind, 100 + V + 1000 * static_cast<int>(kind));
       every_rule(c, [&](const std::string& name, const auto& rule) {
@@ -97,6 +97,16 @@ TEST(Sharded, MatchesUnshardedOnLargeRows) {
   expect_same("coupled V=40000", sv::Coupled{}, c, rng);
 }
 
+/// Block verification where its masses Z_i and its scaled residual max(p_tau P_tau - Q_tau, 0)
+/// decide: q close to p keeps p_i near 1, so tests read Z_i and chains stop before their end.
+TEST(Sharded, BlockMatchesUnshardedWhereItsMassesDecide) {
+  std::mt19937_64 rng(9);
+  for (const auto& [B, V] : {std::pair{1024, 50}, std::pair{64, 3000}}) {
+    const Chains c = make_chains(B, V, 5, Rows::close, 40 + V);
+    expect_same("block V=" + std::to_string(V), sv::Block{}, c, rng);
+  }
+}
+
 /// The calls and bytes a rank makes, for a shape: the same for any data, and per row the same
 /// for any V.
 TEST(Sharded, CollectivesDependOnTheShapeAlone) {
@@ -106,19 +116,24 @@ TEST(Sharded, CollectivesDependOnTheShapeAlone) {
     calls = group.calls();
     bytes = group.bytes_per_rank();
   };
-  const sv::Fsd fsd{sv::Divergence::js, 0.4f};
-  for (const auto kind : {Rows::normalised, Rows::unnormalised_large, Rows::tiny}) {
-    // The same seed gives the same drafts' shape; the rows and tokens differ.
-    std::int64_t calls_a, bytes_a, calls_b, bytes_b, calls_c, bytes_c;
-    count(make_chains(4, 4096, 5, kind, 1), fsd, calls_a, bytes_a);
-    count(make_chains(4, 4096, 5, Rows::peaked, 1), fsd, calls_b, bytes_b);
-    count(make_chains(4, 65536, 5, kind, 1), fsd, calls_c, bytes_c);
-    EXPECT_EQ(calls_a, 6);  // shard, rows, rescaled statistics, draw sums, rescaled sums, tokens
-    EXPECT_EQ(calls_a, calls_b);
-    EXPECT_EQ(bytes_a, bytes_b);
-    EXPECT_EQ(calls_a, calls_c);
-    EXPECT_EQ(bytes_a, bytes_c);
-  }
+  const auto same_for_any_data = [&](const std::string& name, const auto& rule, std::int64_t expected_calls) {
+    for (const auto kind : {Rows::normalised, Rows::unnormalised_large, Rows::tiny}) {
+      // The same seed gives the same drafts' shape; the rows and tokens differ.
+      std::int64_t calls_a, bytes_a, calls_b, bytes_b, calls_c, bytes_c;
+      count(make_chains(4, 4096, 5, kind, 1), rule, calls_a, bytes_a);
+      count(make_chains(4, 4096, 5, Rows::peaked, 1), rule, calls_b, bytes_b);
+      count(make_chains(4, 65536, 5, kind, 1), rule, calls_c, bytes_c);
+      EXPECT_EQ(calls_a, expected_calls) << name;
+      EXPECT_EQ(calls_a, calls_b) << name;
+      EXPECT_EQ(bytes_a, bytes_b) << name;
+      EXPECT_EQ(calls_a, calls_c) << name;
+      EXPECT_EQ(bytes_a, bytes_c) << name;
+    }
+  };
+  // shard, rows, rescaled statistics, draw sums, rescaled sums, tokens
+  same_for_any_data("fsd js", sv::Fsd{sv::Divergence::js, 0.4f}, 6);
+  // shard, rows, block masses, rescaled masses, draw sums, rescaled sums, tokens
+  same_for_any_data("block", sv::Block{}, 7);
   std::int64_t calls, bytes;
   const Chains c = make_chains(4, 4096, 5, Rows::normalised, 1);
   count(c, sv::Standard{}, calls, bytes);

@@ -414,6 +414,7 @@ TEST(ShardedLogits, CollectivesDependOnTheShapeAndParametersAlone) {
       check("standard", sv::Standard{});
       check("fsd js", fsd);
       check("coupled", sv::Coupled{});
+      check("block", sv::Block{});
     }
   }
 }

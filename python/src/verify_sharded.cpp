@@ -43,11 +43,11 @@ VerifyStats verify_sharded(py::handle rule, const PyBatch& batch, const PyRandom
                            [&](const auto& cpp_rule, const auto& rows, const Randomness& r, const ChainOutput& o,
                                const CpuOptions& options) -> VerifyStats {
                              using Rule = std::decay_t<decltype(cpp_rule)>;
-                             if constexpr (rule_traits<Rule>::joint == Joint::none) {
+                             if constexpr (rule_traits<Rule>::joint != Joint::traversal) {
                                return specverify::verify(cpp_rule, rows, r, o, comm, options);
                              } else {
                                throw invalid_input(
-                                   "specverify::verify: the sharded verify does not take Block or Traversal yet");
+                                   "specverify::verify: the sharded verify does not take Traversal yet");
                              }
                            });
 }

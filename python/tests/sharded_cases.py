@@ -61,6 +61,8 @@ CASES = {
     "logits_standard": _logits_case(6, 6, 700, 4, "standard"),
     "logits_float16_fsd_js": _logits_case(7, 5, 333, 3, "fsd_js", dtype=np.float16),
     "logits_coupled_one_hot": _logits_case(8, 4, 257, 3, "coupled", one_hot=True),
+    "block": _case(9, 5, 200, 5, "block"),
+    "logits_block": _logits_case(10, 4, 300, 4, "block"),
 }
 
 
@@ -74,7 +76,7 @@ def bounds(V, ranks):
 
 def rule_of(sv, name):
     return {"standard": sv.Standard(), "fsd_js": sv.Fsd(sv.Divergence.js, 0.4), "coupled": sv.Coupled(),
-            "greedy": sv.Greedy()}[name]
+            "greedy": sv.Greedy(), "block": sv.Block()}[name]
 
 
 def run(sv, case, lo, hi, rank, ranks, all_gather):

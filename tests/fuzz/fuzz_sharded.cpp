@@ -234,13 +234,14 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 6)) {
     case 0: run(Standard{}, in); break;
     case 1: run(Greedy{}, in); break;
     case 2: run(Ears{0.3f}, in); break;
     case 3: run(Fsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
     case 4: run(ReducibleFsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
-    default: run(Coupled{}, in); break;
+    case 5: run(Coupled{}, in); break;
+    default: run(Block{}, in); break;
   }
   return 0;
 }

@@ -1,6 +1,6 @@
 // Test support for the sharded verify: chain batches owned by the test (rows whole), their
-// outcome under the unsharded verify, uneven splits of the vocabulary, and every rule that tests
-// draft by draft. Shared by the in-process test and the MPI test.
+// outcome under the unsharded verify, uneven splits of the vocabulary, and every rule the sharded
+// verify takes (all but Traversal). Shared by the in-process test and the MPI test.
 #pragma once
 
 #include <algorithm>
@@ -29,10 +29,11 @@ struct Chains {
   std::int64_t target_rows() const { return offsets.back() + B; }
 };
 
-enum class Rows { normalised, unnormalised_large, tiny, peaked };
+enum class Rows { normalised, unnormalised_large, tiny, peaked, close };
 
 /// Rows that exercise every path: LLM-like, far from normalised (FixedSum's rescaling), tiny
-/// masses (scaled up), one token holding nearly all (residuals of p close to q).
+/// masses (scaled up), one token holding nearly all (residuals of p close to q), each q within
+/// 50% of the p it drafts for (Block's p_i near 1, so its tests read the masses Z_i).
 inline Chains make_chains(std::int32_t B, std::int32_t V, std::int32_t K, Rows kind, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   Chains c;
@@ -55,6 +56,16 @@ inline Chains make_chains(std::int32_t B, std::int32_t V, std::int32_t K, Rows k
   c.q.resize(static_cast<std::size_t>(c.offsets.back()) * V);
   for (std::int64_t r = 0; r < c.target_rows(); ++r) row(&c.p[static_cast<std::size_t>(r) * V]);
   for (std::int64_t r = 0; r < c.offsets.back(); ++r) row(&c.q[static_cast<std::size_t>(r) * V]);
+  if (kind == Rows::close) {
+    std::uniform_real_distribution<float> factor(0.5f, 1.5f);
+    for (std::int32_t b = 0; b < B; ++b) {
+      for (std::int32_t j = c.offsets[b]; j < c.offsets[b + 1]; ++j) {
+        const float* p = &c.p[static_cast<std::size_t>(j + b) * V];  // the target row draft j is tested on
+        float* q = &c.q[static_cast<std::size_t>(j) * V];
+        for (std::int32_t v = 0; v < V; ++v) q[v] = p[v] * factor(rng);
+      }
+    }
+  }
   for (std::int32_t j = 0; j < c.offsets.back(); ++j) {
     // Mostly where q is large (accepted often), some anywhere.
     const float* qr = &c.q[static_cast<std::size_t>(j) * V];
@@ -136,6 +147,7 @@ void every_rule(const Chains& c, Fn check) {
   check("sprinter", sv::Sprinter{0.5f, c.scores.data()});
   check("specdecpp", sv::SpecDecPP<sv::Standard>{0.7f, c.accept_probs.data(), {}});
   check("coupled", sv::Coupled{});
+  check("block", sv::Block{});
 }
 
 /// Columns [start, start + size) of every row of V, copied (stride 0); empty for an empty slice.

@@ -14,15 +14,18 @@
 //   3. (rules with statistics, rows of probabilities) the sums whose largest term leaves
 //      FixedSum's domain, again at the scale the whole row's largest term gives (rows of logits
 //      keep them at scale 1, as LogitRows sums them);
+//   (block verification with draft rows) a first walk records the masses Z_i it may read, which
+//      two phases sum (at scale 1, then where the bound leaves FixedSum's domain at the row's);
 //   then every rank walks every sequence with core::walk over the merged summaries, which decides
 //   identically everywhere and leaves one draw per sequence (its weights and uniform) undone;
 //   4. draws: each slice's sum of the draw's weights (and of p, in case the residual has no mass);
 //   5. those sums again at the scale the whole row's bound gives, where it is not 1;
 //   6. tokens: the rank whose slice holds u times the total draws in it, from the exact sum of the
 //      slices before it.
-// So a rank sends 6 (5 without statistics) messages per call over probability rows, 7 over logits
-// (12 with top_p alone); a phase with nothing to send (the same on every rank) makes no call. So far: chains, with every rule that tests draft by draft (not Block,
-// not Traversal).
+// So a rank sends 6 (5 without statistics, 7 for Block with draft rows) messages per call over
+// probability rows, 7 over logits (12 with top_p alone; Block: 2 more with draft rows); a phase
+// with nothing to send (the same on every rank) makes no call. So far: chains, with every rule
+// but Traversal.
 #pragma once
 
 #include <algorithm>
@@ -159,6 +162,24 @@ struct PendingDraw {
   float u = 0.0f;
   std::int32_t depth = 0, node = -1;
   std::int64_t p_row = -1, q_row = -1;
+  double p_scale = 1.0;   // block verification's residual max(s p - q, 0): s
+};
+
+/// Block verification's Z_i at a node (core/block_walk.hpp): the scale s = p_i the walk asked it
+/// with (0: not asked), then the merged mass and the first bad value its pass met.
+struct BlockMass {
+  double p_scale = 0.0;
+  double z = 0.0;
+  bool ok = true;
+  BadValue p_bad, q_bad;
+};
+
+/// One slice's part of a BlockMass (the block phases).
+struct MassSlice {
+  core::FixedSum sum;
+  double bound = 0.0;  // core::Residual::weight_bound of the slice's largest p
+  std::uint8_t ok = 1;
+  BadValue p_bad, q_bad;
 };
 
 /// A node's row for the walk: the target row (p) or the draft row (q) of node `slot`.
@@ -202,6 +223,8 @@ struct Rows {
   const std::vector<Node>* nodes{};
   PendingDraw* pending{};
   bool logits = false;
+  std::vector<BlockMass>* masses{};  // block verification's, by the node of p
+  bool recording = false;            // the first of block verification's two walks
 
   const Node& at(const RowRef& r) const { return (*nodes)[static_cast<std::size_t>(r.slot)]; }
 
@@ -264,10 +287,24 @@ struct Rows {
     const GumbelBest& g = at(p).coupled;
     return {g.ok ? g.token : -1, g.ok};
   }
-  // A chain's node has one child: no sibling is ever absorbed.
+  // A chain's node has one child: no sibling is ever absorbed. The residuals left are block
+  // verification's max(s p - q, 0): its masses Z_i, summed in the block phases (the first walk
+  // records what it asks and reads 0, which fails every test that needs one, so it asks for every
+  // Z the second walk may read), and its draw.
   core::Siblings siblings(std::int32_t) { return {}; }
-  Checked<double> mass(const core::Residual<RowRef>&, std::int32_t) const { return {0.0, false}; }
-  Checked<std::int32_t> draw(const core::Residual<RowRef>&, std::int32_t, float) const { return {-1, false}; }
+  Checked<double> mass(const core::Residual<RowRef>& r, std::int32_t) const {
+    BlockMass& m = (*masses)[static_cast<std::size_t>(r.p.slot)];
+    if (recording) {
+      m.p_scale = r.p_scale;
+      return {0.0, true};
+    }
+    return {m.z, m.ok};
+  }
+  Checked<std::int32_t> draw(const core::Residual<RowRef>& r, std::int32_t, float u) const {
+    *pending = PendingDraw{true, true, r.p.slot, -1, u};
+    pending->p_scale = r.p_scale;
+    return {0, true};
+  }
 };
 
 
@@ -308,6 +345,7 @@ template <class Arch, class Rule, class Comm, class Batch>
 class ChainVerify {
   using traits = rule_traits<Rule>;
   static constexpr bool kCoupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
+  static constexpr bool kBlock = traits::joint == Joint::block;
   using Logit = typename LogitsOf<Batch>::type;
   static constexpr bool kLogits = !std::is_void_v<Logit>;
   struct NoLogits {};
@@ -417,8 +455,9 @@ class ChainVerify {
     results_.assign(static_cast<std::size_t>(B), {});
     pending_.assign(static_cast<std::size_t>(B), {});
     Source source{has_q_, known_max()};
+    if constexpr (kBlock) block_phases(source);
     for (std::int32_t b = 0; b < B; ++b) {
-      Rows rows{&nodes_, &pending_[b], kLogits};
+      Rows rows{&nodes_, &pending_[b], kLogits, &masses_};
       results_[b] = core::walk(rule_, layout_, source, randomness_, b, rows, stage(staged, out, b));
       settle(b);
     }
@@ -801,7 +840,12 @@ class ChainVerify {
       }
     }
     if (r.fault.kind == core::FaultKind::bad_value && r.fault.column < 0) {
-      name(r.fault, nodes_[static_cast<std::size_t>(base + r.fault.position)]);
+      const auto slot = static_cast<std::size_t>(base + r.fault.position);
+      if (kBlock && !masses_[slot].ok) {  // a Z_i's pass met it
+        name(r.fault, masses_[slot].p_bad, masses_[slot].q_bad);
+      } else {
+        name(r.fault, nodes_[slot].p_bad, nodes_[slot].q_bad);
+      }
     }
     if (r.fault.kind != core::FaultKind::none) {
       pd.active = false;
@@ -811,7 +855,7 @@ class ChainVerify {
       const Node& n = nodes_[static_cast<std::size_t>(base + d)];
       if (n.p_bad.token < 0 && n.q_bad.token < 0) continue;
       r.fault = core::Fault{core::FaultKind::bad_value, d, d < layout_.count(b) ? d : d - 1, base + d, -1};
-      name(r.fault, n);
+      name(r.fault, n.p_bad, n.q_bad);
       pd.active = false;
       return;
     }
@@ -824,29 +868,143 @@ class ChainVerify {
   }
 
   /// A row-level fault named by the first bad value its passes met: p's, else q's.
-  void name(core::Fault& f, const Node& n) const {
-    if (n.p_bad.token >= 0) {
-      f.column = n.p_bad.token;
-      f.value = n.p_bad.value;
-    } else if (n.q_bad.token >= 0) {
+  static void name(core::Fault& f, const BadValue& p_bad, const BadValue& q_bad) {
+    if (p_bad.token >= 0) {
+      f.column = p_bad.token;
+      f.value = p_bad.value;
+    } else if (q_bad.token >= 0) {
       f.target_row = -1;
-      f.column = n.q_bad.token;
-      f.value = n.q_bad.value;
+      f.column = q_bad.token;
+      f.value = q_bad.value;
     }
   }
 
-  Weights weights(const PendingDraw& pd, bool residual) {
+  /// Block verification's residual max(s p - q, 0) of node `slot`'s p and draft row `q`, over
+  /// the slice.
+  core::Residual<const float*> scaled_residual(std::int64_t slot, std::int64_t q, double s) {
+    core::Residual<const float*> r;
+    r.p = p_row(slot);
+    r.q = q_row(q);
+    r.has_q = true;
+    r.p_scale = s;
+    return r;
+  }
+
+  /// Calls `f` with a pass over this slice's weights (cpu/draw.hpp: the vectors', one weight's,
+  /// and the bound's functor) of pd's residual, or of p.
+  template <class F>
+  auto with_pass(const PendingDraw& pd, bool residual, F f) {
     const float* p = p_row(pd.slot);
-    if (!residual) return Weights::target(p, size_);
-    const float* q = has_q_ ? q_row(pd.q_row) : nullptr;
-    return Weights::residual(p, q, holds(pd.x) ? pd.x - start_ : -1, size_);
+    if (residual && pd.p_scale != 1.0) {
+      // Any draft token stands for the rejected one: a sampled draft's q is q at every token.
+      detail::ResidualPass<Arch, const float*> pass{
+          detail::ResidualLanes<Arch, const float*>(scaled_residual(pd.slot, pd.q_row, pd.p_scale), 0, size_)};
+      return f(pass);
+    }
+    const Weights w = !residual ? Weights::target(p, size_)
+                                : Weights::residual(p, has_q_ ? q_row(pd.q_row) : nullptr,
+                                                    holds(pd.x) ? pd.x - start_ : -1, size_);
+    WeightsPass<Arch> pass{w};
+    return f(pass);
   }
 
   /// This slice's chunk sums of a draw's weights at `scale`, and the bound of the slice.
-  Checked<double> slice_sums(const Weights& w, double scale, ChunkSums& sums) const {
-    WeightsPass<Arch> pass{w};  // both the vectors' and the one weight's functor
-    sum_chunks<Arch>(pass, pass, w.n, scale, sums);
-    return pass.check();
+  Checked<double> slice_sums(const PendingDraw& pd, bool residual, double scale, ChunkSums& sums) {
+    return with_pass(pd, residual, [&](auto& pass) {
+      sum_chunks<Arch>(pass, pass, size_, scale, sums);
+      return pass.check();
+    });
+  }
+
+  /// The block phases (block verification with draft rows): the masses Z_i its walk may read.
+  /// A first walk records them (Rows::mass); each slice sums them at scale 1 and again at the
+  /// scale the whole row's bound gives where that leaves FixedSum's domain, as
+  /// cpu::residual_mass does over a whole row. Every position of every chain sends one, asked or
+  /// not, so the bytes depend on the shape alone.
+  void block_phases(const Source& source) {
+    masses_.assign(nodes_.size(), {});
+    if (!has_q_) return;  // one-hot drafts: every Z_i in closed form
+    for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
+      PendingDraw ignored;
+      Rows rows{&nodes_, &ignored, kLogits, &masses_, true};
+      core::walk(rule_, layout_, source, randomness_, b, rows, nullptr);
+    }
+    // Z_i's node: P_i's (i = 1 .. k - 1), its q row Q_i's.
+    const auto for_masses = [&](auto fn) {
+      for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
+        for (std::int32_t i = 1; i < layout_.count(b); ++i) {
+          fn(static_cast<std::size_t>(layout_.target_row(b, i - 1)), layout_.draft_row(b, i));
+        }
+      }
+    };
+    const auto slice_sum = [&](std::size_t slot, std::int64_t q, double scale, Checked<double>& bound) {
+      detail::ResidualLanes<Arch, const float*> lanes(scaled_residual(std::int64_t(slot), q, masses_[slot].p_scale), 0,
+                                                      size_);
+      ChunkSums sums;
+      sum_chunks<Arch>(lanes, lanes, size_, scale, sums);
+      bound = lanes();
+      return sums.total;
+    };
+    Message m;
+    for_masses([&](std::size_t slot, std::int64_t q) {
+      MassSlice s;
+      if (masses_[slot].p_scale > 0.0 && size_ > 0) {
+        Checked<double> bound;
+        s.sum = slice_sum(slot, q, 1.0, bound);
+        s.bound = bound.value;
+        if (!bound.ok) {
+          s.ok = 0;
+          s.p_bad = first_bad(p_row(std::int64_t(slot)), size_, start_);
+          s.q_bad = first_bad(q_row(q), size_, start_);
+        }
+      }
+      m.put(s);
+    });
+    const auto all = gather(comm_, m, ranks());
+    std::vector<MassSlice> merged(masses_.size());
+    for (std::int32_t r = 0; r < ranks(); ++r) {
+      Reader in(all.data() + std::size_t(r) * m.size());
+      for_masses([&](std::size_t slot, std::int64_t) {
+        const MassSlice s = in.get<MassSlice>();
+        MassSlice& t = merged[slot];
+        t.sum.merge(s.sum);
+        t.bound = std::max(t.bound, s.bound);
+        t.ok = t.ok && s.ok;
+        t.p_bad.merge(s.p_bad);
+        t.q_bad.merge(s.q_bad);
+      });
+    }
+    const std::int64_t V = batch_.vocab_size;
+    const auto rescaled = [&](std::size_t slot) {
+      return masses_[slot].p_scale > 0.0 && merged[slot].ok && !core::fixed_in_domain(merged[slot].bound, V);
+    };
+    Message m2;
+    for_masses([&](std::size_t slot, std::int64_t q) {
+      core::FixedSum s;
+      if (rescaled(slot) && size_ > 0) {
+        Checked<double> bound;
+        s = slice_sum(slot, q, core::fixed_scale(merged[slot].bound, V), bound);
+      }
+      m2.put(s);
+    });
+    const auto all2 = gather(comm_, m2, ranks());
+    for (std::int32_t r = 0; r < ranks(); ++r) {
+      Reader in(all2.data() + std::size_t(r) * m2.size());
+      for_masses([&](std::size_t slot, std::int64_t) {
+        const core::FixedSum s = in.get<core::FixedSum>();
+        if (!rescaled(slot)) return;
+        if (r == 0) merged[slot].sum = {};
+        merged[slot].sum.merge(s);
+      });
+    }
+    for_masses([&](std::size_t slot, std::int64_t) {
+      BlockMass& z = masses_[slot];
+      const MassSlice& t = merged[slot];
+      z.ok = t.ok;
+      z.p_bad = t.p_bad;
+      z.q_bad = t.q_bad;
+      z.z = !t.ok ? 0.0 : rescaled(slot) ? t.sum.value() / core::fixed_scale(t.bound, V) : t.sum.value();
+    });
   }
 
   /// Phases 4 to 6: the pending draws.
@@ -862,7 +1020,7 @@ class ChainVerify {
         for (int k = 0; k < 2; ++k) {
           const bool residual = k == 0;
           if (residual && !pd.residual) continue;
-          const Checked<double> bound = slice_sums(weights(pd, residual), 1.0, sums[2 * b + k]);
+          const Checked<double> bound = slice_sums(pd, residual, 1.0, sums[2 * b + k]);
           (residual ? ds.residual : ds.target) = sums[2 * b + k].total;
           (residual ? ds.residual_bound : ds.target_bound) = bound.value;
           if (!bound.ok) {
@@ -900,7 +1058,7 @@ class ChainVerify {
         const double bound = k == 0 ? merged[b].residual_bound : merged[b].target_bound;
         if (pd.active && merged[b].ok && (k == 1 || pd.residual) && !core::fixed_in_domain(bound, V)) {
           scale[2 * b + k] = core::fixed_scale(bound, V);
-          if (size_ > 0) slice_sums(weights(pd, k == 0), scale[2 * b + k], sums[2 * b + k]);
+          if (size_ > 0) slice_sums(pd, k == 0, scale[2 * b + k], sums[2 * b + k]);
         }
         m5.put(size_ > 0 && pd.active ? sums[2 * b + k].total : core::FixedSum{});
       }
@@ -943,10 +1101,10 @@ class ChainVerify {
             }
           }
           if (owner == batch_.shard.rank) {
-            const Weights w = weights(pd, k == 0);
-            WeightsPass<Arch> pass{w};
-            const std::int32_t i = locate<Arch>(pass, pass, size_, scale[2 * b + k], sums[2 * b + k], before, threshold);
-            if (i >= 0) drawn = {start_ + i, w.p[i]};
+            const std::int32_t i = with_pass(pd, k == 0, [&](auto& pass) {
+              return locate<Arch>(pass, pass, size_, scale[2 * b + k], sums[2 * b + k], before, threshold);
+            });
+            if (i >= 0) drawn = {start_ + i, p_row(pd.slot)[i]};
           }
         }
       }
@@ -990,6 +1148,7 @@ class ChainVerify {
   std::vector<Node> nodes_;
   std::vector<core::WalkResult> results_;
   std::vector<PendingDraw> pending_;
+  std::vector<BlockMass> masses_;  // block verification's, by node
   Logits logits_;
   std::vector<float> p_buffer_, q_buffer_;  // rows of logits: a node's p and q over the slice
   std::int64_t p_buffered_ = -1, q_buffered_ = -1;  // the rows they hold
@@ -1010,8 +1169,8 @@ template <class Rule, class Comm,
           class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
 VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
-  static_assert(rule_traits<Rule>::joint == Joint::none,
-                "the sharded verify covers rules that test draft by draft so far (not Block or Traversal)");
+  static_assert(rule_traits<Rule>::joint != Joint::traversal,
+                "the sharded verify covers chains with every rule but traversal verification so far");
   cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm, ChainBatch<float>> v(rule, batch, randomness, comm);
   v.agree(out, options);
   if (batch.batch_size == 0) return {};
@@ -1025,8 +1184,8 @@ template <class Rule, class Logit, class Comm,
           class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
 VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
-  static_assert(rule_traits<Rule>::joint == Joint::none,
-                "the sharded verify covers rules that test draft by draft so far (not Block or Traversal)");
+  static_assert(rule_traits<Rule>::joint != Joint::traversal,
+                "the sharded verify covers chains with every rule but traversal verification so far");
   static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
   cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm, LogitsChainBatch<Logit>> v(rule, batch, randomness, comm);
   v.agree(out, options);
