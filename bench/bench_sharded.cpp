@@ -4,7 +4,10 @@
 //                back together), then runs the unsharded verify;
 //   read/...     one pass over this rank's slices (the floor of any per-step work on them);
 //   sharded_logits/..., gather_logits/...: the same over rows of logits, at T = 0.8 (sampling:0)
-//                or top-k 50 + top-p 0.9 (sampling:1).
+//                or top-k 50 + top-p 0.9 (sampling:1);
+//   sharded_block/..., gather_block/...: Block verification over probability rows (its two
+//                phases of masses Z_i included).
+// Every other benchmark verifies with Standard.
 // Counters: bytes_sent, what one rank sends per step; calls, its collectives per step.
 //
 //   mpirun -np 4 build/release/bench/bench_sharded --benchmark_counters_tabular=true
@@ -97,7 +100,7 @@ auto batch_of(const Step& s, const float* p, const float* q) {
   }
 }
 
-template <bool kLogits>
+template <bool kLogits, class Rule = sv::Standard>
 void sharded(benchmark::State& state) {
   const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5, kLogits,
                kLogits ? state.range(2) : 0);
@@ -107,13 +110,13 @@ void sharded(benchmark::State& state) {
   const CountingCommunicator comm{sv::MpiCommunicator{MPI_COMM_WORLD}};
   std::uint64_t step = 0;
   for (auto _ : state) {
-    sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.K + 1, accepted.data()}, comm, {1});
+    sv::verify(Rule{}, batch, {7, step++}, {tokens.data(), s.K + 1, accepted.data()}, comm, {1});
     benchmark::DoNotOptimize(tokens.data());
   }
   report(state, s, comm.calls, comm.bytes);
 }
 
-template <bool kLogits>
+template <bool kLogits, class Rule = sv::Standard>
 void gather(benchmark::State& state) {
   const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5, kLogits,
                kLogits ? state.range(2) : 0);
@@ -149,7 +152,7 @@ void gather(benchmark::State& state) {
     gather_rows(s.p, send_p, p_all, p, std::int64_t{s.B} * (s.K + 1));
     gather_rows(s.q, send_q, q_all, q, std::int64_t{s.B} * s.K);
     const auto batch = batch_of<kLogits>(s, p.data(), q.data());
-    sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.K + 1, accepted.data()}, sv::CpuOptions{1});
+    sv::verify(Rule{}, batch, {7, step++}, {tokens.data(), s.K + 1, accepted.data()}, sv::CpuOptions{1});
     benchmark::DoNotOptimize(tokens.data());
   }
   report(state, s, 2 * state.iterations(), bytes);
@@ -178,11 +181,18 @@ void logit_shapes(benchmark::internal::Benchmark* b) {
   }
 }
 
+void block_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"B", "V"})->Unit(benchmark::kMicrosecond)->Iterations(40);
+  for (const std::int64_t B : {1, 16, 64}) b->Args({B, 128256});
+}
+
 BENCHMARK_TEMPLATE(sharded, false)->Name("sharded")->Apply(shapes);
 BENCHMARK_TEMPLATE(gather, false)->Name("gather")->Apply(shapes);
 BENCHMARK(read)->Apply(shapes);
 BENCHMARK_TEMPLATE(sharded, true)->Name("sharded_logits")->Apply(logit_shapes);
 BENCHMARK_TEMPLATE(gather, true)->Name("gather_logits")->Apply(logit_shapes);
+BENCHMARK_TEMPLATE(sharded, false, sv::Block)->Name("sharded_block")->Apply(block_shapes);
+BENCHMARK_TEMPLATE(gather, false, sv::Block)->Name("gather_block")->Apply(block_shapes);
 
 /// Ranks other than 0 run the same benchmarks silently.
 class Silent : public benchmark::BenchmarkReporter {
