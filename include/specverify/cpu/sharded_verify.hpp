@@ -937,12 +937,14 @@ class ChainVerify {
         }
       }
     };
+    // Z_i is the mass of the residual a draw after a pass at i would take: the same pass.
     const auto slice_sum = [&](std::size_t slot, std::int64_t q, double scale, Checked<double>& bound) {
-      detail::ResidualLanes<Arch, const float*> lanes(scaled_residual(std::int64_t(slot), q, masses_[slot].p_scale), 0,
-                                                      size_);
+      PendingDraw z;
+      z.slot = static_cast<std::int64_t>(slot);
+      z.q_row = q;
+      z.p_scale = masses_[slot].p_scale;
       ChunkSums sums;
-      sum_chunks<Arch>(lanes, lanes, size_, scale, sums);
-      bound = lanes();
+      bound = slice_sums(z, true, scale, sums);
       return sums.total;
     };
     Message m;
