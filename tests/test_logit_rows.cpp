@@ -134,15 +134,16 @@ void expect_lanes_match_scalar() {
   const std::uint32_t first = core::float_bits(-0.0f), last = core::float_bits(-90.0f);
   alignas(64) float in[W], out[W];
   std::uint64_t compared = 0;
-  for (std::uint32_t b = first; b <= last; b += 13 * W) {
-    for (std::uint32_t l = 0; l < W; ++l) in[l] = core::bits_float(std::min(last, b + 13 * l));
+  const std::uint32_t stride = kSanitized ? 13 * 8 : 13;  // every 13th float (repeats: an 8th of them)
+  for (std::uint32_t b = first; b <= last; b += stride * W) {
+    for (std::uint32_t l = 0; l < W; ++l) in[l] = core::bits_float(std::min(last, b + stride * l));
     cpu::logits_detail::exp_weight<Arch>(B::load_aligned(in)).store_aligned(out);
     for (std::uint32_t l = 0; l < W; ++l) {
       ASSERT_EQ(core::float_bits(out[l]), core::float_bits(core::exp_weight(in[l]))) << in[l];
       ++compared;
     }
   }
-  EXPECT_GT(compared, 80'000'000u / 13);
+  EXPECT_GT(compared, 80'000'000u / stride);
 }
 
 TEST(ExpWeight, LanesBitIdenticalToScalar) { expect_lanes_match_scalar<cpu::DefaultArch>(); }
@@ -397,7 +398,7 @@ TEST(LogitRows, MaxEntropyAndDivergencesMatchReference) {
 
 // ------------------------------------------------------------------------------ draws
 
-constexpr std::int32_t kDraws = 200000;
+constexpr std::int64_t kDraws = repeats(200000);
 
 /// Chi-square fit of counts to p; a distribution with a single token (df 0) must get every draw.
 ::testing::AssertionResult fits(const std::vector<std::int64_t>& counts, const std::vector<float>& p) {
@@ -417,7 +418,7 @@ constexpr std::int32_t kDraws = 200000;
 std::vector<std::int64_t> count_draws(std::int32_t V, const std::function<std::int32_t(float)>& draw) {
   std::mt19937_64 rng(99);
   std::vector<std::int64_t> counts(static_cast<std::size_t>(V));
-  for (std::int32_t t = 0; t < kDraws; ++t) {
+  for (std::int64_t t = 0; t < kDraws; ++t) {
     const std::int32_t token = draw(uniform(rng));
     EXPECT_GE(token, 0);
     if (token < 0 || token >= V) return counts;
@@ -541,7 +542,7 @@ TEST(LogitDraws, LargeRowsDrawAcrossChunks) {
     std::vector<std::int64_t> counts(64);
     std::vector<float> expected(64);
     for (std::int32_t v = 0; v < V; ++v) expected[static_cast<std::size_t>(v % 64)] += static_cast<float>(p[static_cast<std::size_t>(v)]);
-    for (std::int32_t t = 0; t < 20000; ++t) {
+    for (std::int64_t t = 0; t < repeats(20000); ++t) {
       const std::int32_t token = rows.draw_target(view, uniform(rng)).value;
       ASSERT_GE(token, 0);
       ASSERT_GT(p[static_cast<std::size_t>(token)], 0);
@@ -575,7 +576,7 @@ TEST(LogitDraws, KeptWeightsGiveTheDefinitionsBitsAndDraws) {
           ASSERT_EQ(core::float_bits(qf[std::size_t(v)]), core::float_bits(core::probability(q, v))) << "token " << v;
         }
         std::mt19937_64 rng(7);
-        for (int t = 0; t < 200; ++t) {
+        for (std::int64_t t = 0; t < repeats(200); ++t) {
           const float u = uniform(rng);
           ASSERT_EQ(rows.draw_target(p, u).value, cpu::draw(cpu::Weights::target(pf.data(), V), u).value) << "u " << u;
           ASSERT_EQ(rows.draw_residual(p, &q, -1, u).value,
@@ -609,7 +610,7 @@ TEST(Sample, OverSeedsAndAWideRow) {
   const ReferenceRow row = random_row(V, 82, {1.0f, 40, 1.0f, 0.0f}, 2.0);
   const std::vector<long double> p = reference_probs(row);
   std::vector<std::int64_t> counts(static_cast<std::size_t>(V));
-  for (std::uint64_t seed = 0; seed < 20000; ++seed) {
+  for (std::uint64_t seed = 0; seed < std::uint64_t(repeats(20000)); ++seed) {
     ++counts[static_cast<std::size_t>(specverify::sample(row.logits.data(), V, row.params, seed, 77))];
   }
   EXPECT_TRUE(fits(counts, as_floats(p)));

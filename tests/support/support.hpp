@@ -50,6 +50,27 @@ inline double overlap(const std::vector<float>& p, const std::vector<float>& q) 
   return s;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;  // g++ -fsanitize=address
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;  // clang++ -fsanitize=address
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
+/// How often a test repeats a path it checks: n, or n / 8 under AddressSanitizer (the debug
+/// preset), where unoptimised, instrumented draws over 128k rows run 100-200x slower than in the
+/// release build. The sanitizers look for bad memory accesses and undefined behaviour, which the
+/// first repetitions of a path meet as well as the last; the release build (the README's test
+/// command) runs every loop at n and so checks the distributions at full power. Fewer draws cost
+/// a chi-square power, never a chance failure: `fits`' bound holds at every n, and `chi_square`
+/// pools the bins that expect fewer than 5.
+constexpr std::int64_t repeats(std::int64_t n) { return kSanitized ? std::max<std::int64_t>(n / 8, 1) : n; }
+
 struct ChiSquare {
   double statistic = 0;
   int df = 0;
