@@ -96,7 +96,8 @@ struct Reference {
 // The emitted sequence follows the target.
 
 void expect_exact(const testing::Models& m, const TreeShape& shape, std::int64_t trials = 150000) {
-  const auto chi = testing::decode_chi_square(m.p, m.q, shape, Drafted::sampled, Drafted::sampled, trials, 11, Traversal{});
+  const auto chi = testing::decode_chi_square(m.p, m.q, shape, Drafted::sampled, Drafted::sampled, testing::repeats(trials), 11,
+                                              Traversal{});
   std::printf("chi2 %.1f, df %d, bound %.1f\n", chi.statistic, chi.df, chi.df + 10 * std::sqrt(2.0 * chi.df));
   EXPECT_TRUE(chi.fits()) << "chi2 " << chi.statistic << " df " << chi.df;
 }

@@ -31,7 +31,7 @@ using testing::tree_step;
 using testing::tree_steps;
 
 void expect_exact(const Models& m, const TreeShape& shape, Drafted how, std::int64_t trials = 150000) {
-  const auto chi = decode_chi_square(m.p, m.q, shape, how, how, trials);
+  const auto chi = decode_chi_square(m.p, m.q, shape, how, how, testing::repeats(trials));
   EXPECT_TRUE(chi.fits()) << "chi2 " << chi.statistic << " df " << chi.df;
 }
 
