@@ -110,6 +110,9 @@ class StandardExactness : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(StandardExactness, EmittedTokensFollowTargetAtEveryPosition) {
   const Shape s = GetParam();
+  // Under AddressSanitizer (testing::repeats) the shapes with V >= 1000, whose chi-square needs
+  // 10 V chains at every position, take 40-120 s; the smaller shapes walk the same paths.
+  if (testing::kSanitized && s.V >= 1000) GTEST_SKIP() << "V " << s.V << ": run by the release build";
   Experiment e = random_experiment(s.V, s.K, s.one_hot, 1000 + s.V * 7 + s.K);
   e.run(s.trials, 99);
   e.expect_exact();
