@@ -97,13 +97,15 @@ TEST(Sharded, MatchesUnshardedOnLargeRows) {
   expect_same("coupled V=40000", sv::Coupled{}, c, rng);
 }
 
-/// Block verification where its masses Z_i and its scaled residual max(p_tau P_tau - Q_tau, 0)
-/// decide: q close to p keeps p_i near 1, so tests read Z_i and chains stop before their end.
-TEST(Sharded, BlockMatchesUnshardedWhereItsMassesDecide) {
+/// Block and traversal verification where their masses Z_i and their scaled residual
+/// max(s P - Q, 0) decide: q close to p keeps the weights near 1, so tests read Z_i and chains stop
+/// before their end.
+TEST(Sharded, JointWalksMatchUnshardedWhereTheirMassesDecide) {
   std::mt19937_64 rng(9);
   for (const auto& [B, V] : {std::pair{1024, 50}, std::pair{64, 3000}}) {
     const Chains c = make_chains(B, V, 5, Rows::close, 40 + V);
     expect_same("block V=" + std::to_string(V), sv::Block{}, c, rng);
+    expect_same("traversal V=" + std::to_string(V), sv::Traversal{}, c, rng);
   }
 }
 
@@ -134,6 +136,7 @@ TEST(Sharded, CollectivesDependOnTheShapeAlone) {
   same_for_any_data("fsd js", sv::Fsd{sv::Divergence::js, 0.4f}, 6);
   // shard, rows, block masses, rescaled masses, draw sums, rescaled sums, tokens
   same_for_any_data("block", sv::Block{}, 7);
+  same_for_any_data("traversal", sv::Traversal{}, 7);
   std::int64_t calls, bytes;
   const Chains c = make_chains(4, 4096, 5, Rows::normalised, 1);
   count(c, sv::Standard{}, calls, bytes);

@@ -348,6 +348,7 @@ TEST(ShardedLogits, BitmaskForbiddingOneRanksWholeSlice) {
     Tally tally;
     every_rule(c.shape, [&](const std::string& rule_name, const auto& rule) {
       for (const bool one_hot : {false, true}) {
+        if (one_hot && !takes_one_hot(rule)) continue;
         const sv::Randomness r = randomness(c.shape, one_hot);
         const Outcome whole = unsharded(rule, c, r, one_hot);
         ++tally.cases;
@@ -399,6 +400,7 @@ TEST(ShardedLogits, CollectivesDependOnTheShapeAndParametersAlone) {
       ASSERT_NE(a.shape.tokens, b.shape.tokens) << "test setup: other tokens";
       const auto check = [&](const std::string& name, const auto& rule) {
         for (const bool one_hot : {false, true}) {
+          if (one_hot && !takes_one_hot(rule)) continue;
           const std::string what = name + features_text(f) + " shape " +
                                    std::to_string(shape_seed) + (one_hot ? " one-hot" : "");
           const Count ca = count(a, rule, one_hot), cb = count(b, rule, one_hot),
@@ -415,6 +417,7 @@ TEST(ShardedLogits, CollectivesDependOnTheShapeAndParametersAlone) {
       check("fsd js", fsd);
       check("coupled", sv::Coupled{});
       check("block", sv::Block{});
+      check("traversal", sv::Traversal{});
     }
   }
 }

@@ -42,13 +42,7 @@ VerifyStats verify_sharded(py::handle rule, const PyBatch& batch, const PyRandom
   return verify_batch_with(rule, batch, randomness, out, max_threads,
                            [&](const auto& cpp_rule, const auto& rows, const Randomness& r, const ChainOutput& o,
                                const CpuOptions& options) -> VerifyStats {
-                             using Rule = std::decay_t<decltype(cpp_rule)>;
-                             if constexpr (rule_traits<Rule>::joint != Joint::traversal) {
-                               return specverify::verify(cpp_rule, rows, r, o, comm, options);
-                             } else {
-                               throw invalid_input(
-                                   "specverify::verify: the sharded verify does not take Traversal yet");
-                             }
+                             return specverify::verify(cpp_rule, rows, r, o, comm, options);
                            });
 }
 

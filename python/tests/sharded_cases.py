@@ -63,6 +63,8 @@ CASES = {
     "logits_coupled_one_hot": _logits_case(8, 4, 257, 3, "coupled", one_hot=True),
     "block": _case(9, 5, 200, 5, "block"),
     "logits_block": _logits_case(10, 4, 300, 4, "block"),
+    "traversal": _case(11, 5, 200, 5, "traversal"),
+    "logits_traversal": _logits_case(12, 4, 300, 4, "traversal"),
 }
 
 
@@ -76,7 +78,7 @@ def bounds(V, ranks):
 
 def rule_of(sv, name):
     return {"standard": sv.Standard(), "fsd_js": sv.Fsd(sv.Divergence.js, 0.4), "coupled": sv.Coupled(),
-            "greedy": sv.Greedy(), "block": sv.Block()}[name]
+            "greedy": sv.Greedy(), "block": sv.Block(), "traversal": sv.Traversal()}[name]
 
 
 def run(sv, case, lo, hi, rank, ranks, all_gather):

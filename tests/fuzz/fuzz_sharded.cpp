@@ -157,7 +157,10 @@ void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::i
     if (masked) batch.allowed_tokens = allowed.data();
     if (listed) lists.attach(batch);
   };
-  LogitsChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), l.data(), one_hot ? nullptr : d.data()};
+  // Draft rows are said to be there with a pointer, also where there are none to point at (N = 0),
+  // as the slices below say it (Traversal refuses a batch without draft rows).
+  const float* draft_rows = one_hot ? nullptr : d.empty() ? l.data() : d.data();
+  LogitsChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), l.data(), draft_rows};
   fill(whole_batch);
   if (guided) whole_batch.unconditional_logits = u.data();
   const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
@@ -215,7 +218,8 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
     return r;
   };
   if (logits) return run_logits(rule, in, B, V, one_hot, offsets, tokens, cuts, randomness, capture);
-  const ChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), p.data(), one_hot ? nullptr : q.data()};
+  const float* draft_rows = one_hot ? nullptr : q.empty() ? p.data() : q.data();  // as in run_logits
+  const ChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), p.data(), draft_rows};
   const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
 
   std::vector<std::vector<float>> ps(static_cast<std::size_t>(ranks)), qs(ps);
@@ -234,14 +238,15 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 6)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
     case 0: run(Standard{}, in); break;
     case 1: run(Greedy{}, in); break;
     case 2: run(Ears{0.3f}, in); break;
     case 3: run(Fsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
     case 4: run(ReducibleFsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
     case 5: run(Coupled{}, in); break;
-    default: run(Block{}, in); break;
+    case 6: run(Block{}, in); break;
+    default: run(Traversal{}, in); break;
   }
   return 0;
 }

@@ -1,6 +1,6 @@
 // Test support for the sharded verify: chain batches owned by the test (rows whole), their
-// outcome under the unsharded verify, uneven splits of the vocabulary, and every rule the sharded
-// verify takes (all but Traversal). Shared by the in-process test and the MPI test.
+// outcome under the unsharded verify, uneven splits of the vocabulary, and every rule. Shared by
+// the in-process test and the MPI test.
 #pragma once
 
 #include <algorithm>
@@ -132,6 +132,12 @@ inline std::vector<std::int32_t> random_bounds(std::int32_t V, std::int32_t rank
   return cuts;
 }
 
+/// Whether `rule` takes one-hot drafts: Traversal needs draft rows (without them, invalid_input).
+template <class Rule>
+constexpr bool takes_one_hot(const Rule&) {
+  return sv::rule_traits<Rule>::joint != sv::Joint::traversal;
+}
+
 template <class Fn>
 void every_rule(const Chains& c, Fn check) {
   check("standard", sv::Standard{});
@@ -148,6 +154,7 @@ void every_rule(const Chains& c, Fn check) {
   check("specdecpp", sv::SpecDecPP<sv::Standard>{0.7f, c.accept_probs.data(), {}});
   check("coupled", sv::Coupled{});
   check("block", sv::Block{});
+  check("traversal", sv::Traversal{});  // draft rows: one-hot drafts are invalid_input for it
 }
 
 /// Columns [start, start + size) of every row of V, copied (stride 0); empty for an empty slice.

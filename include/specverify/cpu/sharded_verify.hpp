@@ -14,18 +14,19 @@
 //   3. (rules with statistics, rows of probabilities) the sums whose largest term leaves
 //      FixedSum's domain, again at the scale the whole row's largest term gives (rows of logits
 //      keep them at scale 1, as LogitRows sums them);
-//   (block verification with draft rows) a first walk records the masses Z_i it may read, which
-//      two phases sum (at scale 1, then where the bound leaves FixedSum's domain at the row's);
+//   (block and traversal verification with draft rows) a first walk records the masses Z_i it may
+//      read, which two phases sum (at scale 1, then where the bound leaves FixedSum's domain at the
+//      row's);
 //   then every rank walks every sequence with core::walk over the merged summaries, which decides
 //   identically everywhere and leaves one draw per sequence (its weights and uniform) undone;
 //   4. draws: each slice's sum of the draw's weights (and of p, in case the residual has no mass);
 //   5. those sums again at the scale the whole row's bound gives, where it is not 1;
 //   6. tokens: the rank whose slice holds u times the total draws in it, from the exact sum of the
 //      slices before it.
-// So a rank sends 6 (5 without statistics, 7 for Block with draft rows) messages per call over
-// probability rows, 7 over logits (12 with top_p alone; Block: 2 more with draft rows); a phase
-// with nothing to send (the same on every rank) makes no call. So far: chains, with every rule
-// but Traversal.
+// So a rank sends 6 (5 without statistics, 7 for Block with draft rows and for Traversal) messages
+// per call over probability rows, 7 over logits (12 with top_p alone; Block and Traversal: 2 more);
+// a phase with nothing to send (the same on every rank) makes no call. So far: chains, with every
+// rule.
 #pragma once
 
 #include <algorithm>
@@ -162,11 +163,12 @@ struct PendingDraw {
   float u = 0.0f;
   std::int32_t depth = 0, node = -1;
   std::int64_t p_row = -1, q_row = -1;
-  double p_scale = 1.0;   // block verification's residual max(s p - q, 0): s
+  double p_scale = 1.0;   // a joint walk's residual max(s p - q, 0): s
 };
 
-/// Block verification's Z_i at a node (core/block_walk.hpp): the scale s = p_i the walk asked it
-/// with (0: not asked), then the merged mass and the first bad value its pass met.
+/// A joint walk's Z_i at a node (core/block_walk.hpp; on a chain, core/traversal_walk.hpp asks the
+/// same, with its weight w as s): the scale s = p_i the walk asked it with (0: not asked), then the
+/// merged mass and the first bad value its pass met.
 struct BlockMass {
   double p_scale = 0.0;
   double z = 0.0;
@@ -223,8 +225,8 @@ struct Rows {
   const std::vector<Node>* nodes{};
   PendingDraw* pending{};
   bool logits = false;
-  std::vector<BlockMass>* masses{};  // block verification's, by the node of p
-  bool recording = false;            // the first of block verification's two walks
+  std::vector<BlockMass>* masses{};  // a joint walk's, by the node of p
+  bool recording = false;            // the first of a joint walk's two walks
 
   const Node& at(const RowRef& r) const { return (*nodes)[static_cast<std::size_t>(r.slot)]; }
 
@@ -287,10 +289,10 @@ struct Rows {
     const GumbelBest& g = at(p).coupled;
     return {g.ok ? g.token : -1, g.ok};
   }
-  // A chain's node has one child: no sibling is ever absorbed. The residuals left are block
-  // verification's max(s p - q, 0): its masses Z_i, summed in the block phases (the first walk
-  // records what it asks and reads 0, which fails every test that needs one, so it asks for every
-  // Z the second walk may read), and its draw.
+  // A chain's node has one child: no sibling is ever absorbed. The residuals left are the joint
+  // walks' max(s p - q, 0): their masses Z_i, summed in the block phases (the first walk records
+  // what it asks and reads 0, which fails every test that needs one, so it asks for every Z the
+  // second walk may read), and their draw.
   core::Siblings siblings(std::int32_t) { return {}; }
   Checked<double> mass(const core::Residual<RowRef>& r, std::int32_t) const {
     BlockMass& m = (*masses)[static_cast<std::size_t>(r.p.slot)];
@@ -345,7 +347,9 @@ template <class Arch, class Rule, class Comm, class Batch>
 class ChainVerify {
   using traits = rule_traits<Rule>;
   static constexpr bool kCoupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
-  static constexpr bool kBlock = traits::joint == Joint::block;
+  // Block and Traversal: on a chain both read the masses Z_i = sum max(s P_i - Q_i, 0) at nodes
+  // 1 .. k - 1 (Traversal's root never asks: |R| = 1 passes) and draw from max(s P - Q, 0).
+  static constexpr bool kJoint = traits::joint != Joint::none;
   using Logit = typename LogitsOf<Batch>::type;
   static constexpr bool kLogits = !std::is_void_v<Logit>;
   struct NoLogits {};
@@ -372,16 +376,21 @@ class ChainVerify {
       Batch whole = batch_;  // validated as the unsharded verify would see it
       whole.shard = {};
       whole.target_stride = 0;
+      // An empty slice's null rows say nothing of the draft rows the other ranks pass (its has_q
+      // is ignored below): Traversal, which needs draft rows, leaves their check to those ranks.
+      const bool draft_rows_unknown = h.size == 0 && !h.has_q && traits::joint == Joint::traversal;
       if constexpr (kLogits) {
         static const Logit placeholder{};  // validation reads no row; an empty slice may pass null
         if (!logits_.whole_drafts()) whole.draft_stride = 0;
         whole.unconditional_stride = 0;
         if (!whole.target_logits) whole.target_logits = &placeholder;
+        if (draft_rows_unknown) whole.draft_logits = &placeholder;
         core::validate(rule_, whole, randomness_, out, target_to_draft, bias_order);
       } else {
         static const float placeholder = 0.0f;
         whole.draft_stride = 0;
         if (!whole.target_probs) whole.target_probs = &placeholder;
+        if (draft_rows_unknown) whole.draft_probs = &placeholder;
         core::validate(rule_, whole, randomness_, out);
       }
       core::check_positions<Rule>(randomness_);
@@ -455,7 +464,7 @@ class ChainVerify {
     results_.assign(static_cast<std::size_t>(B), {});
     pending_.assign(static_cast<std::size_t>(B), {});
     Source source{has_q_, known_max()};
-    if constexpr (kBlock) block_phases(source);
+    if constexpr (kJoint) block_phases(source);
     for (std::int32_t b = 0; b < B; ++b) {
       Rows rows{&nodes_, &pending_[b], kLogits, &masses_};
       results_[b] = core::walk(rule_, layout_, source, randomness_, b, rows, stage(staged, out, b));
@@ -841,7 +850,7 @@ class ChainVerify {
     }
     if (r.fault.kind == core::FaultKind::bad_value && r.fault.column < 0) {
       const auto slot = static_cast<std::size_t>(base + r.fault.position);
-      if (kBlock && !masses_[slot].ok) {  // a Z_i's pass met it
+      if (kJoint && !masses_[slot].ok) {  // a Z_i's pass met it
         name(r.fault, masses_[slot].p_bad, masses_[slot].q_bad);
       } else {
         name(r.fault, nodes_[slot].p_bad, nodes_[slot].q_bad);
@@ -879,8 +888,8 @@ class ChainVerify {
     }
   }
 
-  /// Block verification's residual max(s p - q, 0) of node `slot`'s p and draft row `q`, over
-  /// the slice.
+  /// A joint walk's residual max(s p - q, 0) of node `slot`'s p and draft row `q`, over the
+  /// slice.
   core::Residual<const float*> scaled_residual(std::int64_t slot, std::int64_t q, double s) {
     core::Residual<const float*> r;
     r.p = p_row(slot);
@@ -916,7 +925,7 @@ class ChainVerify {
     });
   }
 
-  /// The block phases (block verification with draft rows): the masses Z_i its walk may read.
+  /// The block phases (Block with draft rows, Traversal): the masses Z_i their walk may read.
   /// A first walk records them (Rows::mass); each slice sums them at scale 1 and again at the
   /// scale the whole row's bound gives where that leaves FixedSum's domain, as
   /// cpu::residual_mass does over a whole row. Every position of every chain sends one, asked or
@@ -1150,7 +1159,7 @@ class ChainVerify {
   std::vector<Node> nodes_;
   std::vector<core::WalkResult> results_;
   std::vector<PendingDraw> pending_;
-  std::vector<BlockMass> masses_;  // block verification's, by node
+  std::vector<BlockMass> masses_;  // a joint walk's, by node
   Logits logits_;
   std::vector<float> p_buffer_, q_buffer_;  // rows of logits: a node's p and q over the slice
   std::int64_t p_buffered_ = -1, q_buffered_ = -1;  // the rows they hold
@@ -1171,8 +1180,6 @@ template <class Rule, class Comm,
           class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
 VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
-  static_assert(rule_traits<Rule>::joint != Joint::traversal,
-                "the sharded verify covers chains with every rule but traversal verification so far");
   cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm, ChainBatch<float>> v(rule, batch, randomness, comm);
   v.agree(out, options);
   if (batch.batch_size == 0) return {};
@@ -1186,8 +1193,6 @@ template <class Rule, class Logit, class Comm,
           class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
 VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
-  static_assert(rule_traits<Rule>::joint != Joint::traversal,
-                "the sharded verify covers chains with every rule but traversal verification so far");
   static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
   cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm, LogitsChainBatch<Logit>> v(rule, batch, randomness, comm);
   v.agree(out, options);
