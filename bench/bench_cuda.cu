@@ -58,7 +58,9 @@ __device__ std::uint32_t mix(std::uint64_t a) {
 
 /// Rows of logits 4 u (u uniform) with the token planted[row] raised by 9, so chains run a few
 /// positions as real ones do; probability rows hold their exp / V (unnormalised: verify scales
-/// the uniform by the mass). q rows are p's with noise (`salt` != 0).
+/// the uniform by the mass). q rows are p's with noise of mean 0 (`salt` != 0), so p - q has
+/// mass where a draft is rejected, as a real pair has (noise >= 0 made q >= p everywhere: each
+/// rejection found no residual and drew again from p, a second pass no real pair takes).
 __global__ void fill(float* rows, const std::int32_t* planted, std::int64_t count, std::int32_t V, bool logits,
                      std::uint64_t salt) {
   const std::int64_t total = count * V;
@@ -67,7 +69,7 @@ __global__ void fill(float* rows, const std::int32_t* planted, std::int64_t coun
     const std::int64_t row = e / V;
     const auto v = static_cast<std::int32_t>(e % V);
     float logit = 4.0f * (mix(e) * 0x1p-32f) + (v == planted[row] ? 9.0f : 0.0f);
-    if (salt) logit += 0.5f * (mix(e ^ salt) * 0x1p-32f);
+    if (salt) logit += 0.5f * (mix(e ^ salt) * 0x1p-32f - 0.5f);
     rows[e] = logits ? logit : __expf(logit) / V;
   }
 }

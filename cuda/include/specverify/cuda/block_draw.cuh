@@ -4,9 +4,11 @@
 //
 //   struct Weights {  // w_i = p_i
 //     const float* p;
-//     __device__ double operator()(std::int32_t i) const { return p[i]; }   // w_i >= 0
-//     __device__ bool bad(std::int32_t i) const { return !(p[i] >= 0.0f); }  // invalid input
-//     __device__ float screen(std::int32_t i) const { return p[i]; }       // the row max of these
+//     using Element = float;                                            // what index i reads
+//     __device__ Element load(std::int32_t i) const { return p[i]; }     // the reads alone
+//     __device__ double operator()(Element e, std::int32_t) const { return e; }  // w_i >= 0
+//     __device__ bool bad(Element e) const { return !(e >= 0.0f); }     // invalid input
+//     __device__ float screen(Element e) const { return e; }            // the row max of these
 //     __device__ double bound(float largest) const { return core::fixed_bound(largest); }  // bounds w
 //   };
 //   __shared__ typename BlockDraw<256>::TempStorage temp;
@@ -18,7 +20,9 @@
 // the row's largest screen value. (1) Each warp sums whole chunks; (2) warp 0 scans the chunk sums
 // for the chunk holding the crossing; (3) the warps sum pieces of that chunk and warp 0 rescans
 // the piece holding the crossing in index order. Integer sums are exact in any order, so the
-// crossing is the CPU's.
+// crossing is the CPU's. Each lane loads a batch of elements before it uses any (load() holds
+// every read of an element, so the loads are in flight together: a row pass costs a few memory
+// latencies, not one per element).
 #pragma once
 
 #include <cstdint>
@@ -124,9 +128,9 @@ class BlockDraw {
     split_.sync();
     bool bad = false;
     float largest = 0.0f;
-    sum_chunks_at(n, w, c, [&](std::int32_t i) {
-      bad |= w.bad(i);
-      const float s = w.screen(i);
+    sum_chunks_at(n, w, c, [&](const typename Weights::Element& e) {
+      bad |= w.bad(e);
+      const float s = w.screen(e);
       largest = s > largest ? s : largest;
     });
     for (int d = 16; d > 0; d /= 2) largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, d));
@@ -143,14 +147,14 @@ class BlockDraw {
     if (!core::fixed_in_domain(bound, n)) {
       c.scale = core::fixed_scale(bound, n);
       split_.sync();  // the sums at scale 1 may still be read
-      sum_chunks_at(n, w, c, [](std::int32_t) {});
+      sum_chunks_at(n, w, c, [](const typename Weights::Element&) {});
     }
     split_.sync();
     return c;
   }
 
-  /// Chunk sums at c.scale, chunk k by the row's (k mod warps)-th warp; `visit(i)` sees every
-  /// element. Each lane reads kBatch weights before it adds them: that many loads in flight.
+  /// Chunk sums at c.scale, chunk k by the row's (k mod warps)-th warp; `visit(e)` sees every
+  /// element. Each lane loads kBatch elements before it uses them: that many loads in flight.
   template <class Weights, class Visit>
   __device__ void sum_chunks_at(std::int32_t n, const Weights& w, const Chunks& c, const Visit& visit) {
     constexpr int kBatch = 8;
@@ -159,18 +163,18 @@ class BlockDraw {
       const std::int32_t begin = k * c.length, end = begin + c.length < n ? begin + c.length : n;
       FixedTerms s;
       for (std::int32_t first = begin + lane; first < end; first += 32 * kBatch) {
-        double t[kBatch];
+        typename Weights::Element e[kBatch]{};
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          if (first + 32 * b < end) e[b] = w.load(first + 32 * b);
+        }
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           const std::int32_t i = first + 32 * b;
-          t[b] = 0.0;
-          if (i < end) {
-            t[b] = w(i);
-            visit(i);
-          }
+          if (i >= end) break;
+          visit(e[b]);
+          s.add(w(e[b], i) * c.scale);
         }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) s.add(t[b] * c.scale);
       }
       const core::FixedSum chunk_sum = warp_fixed_sum(s.sum());
       if (lane == 0) t_.chunks.set(k, chunk_sum);
@@ -231,14 +235,16 @@ class BlockDraw {
       const std::int32_t piece_end = piece_begin + piece < end ? piece_begin + piece : end;
       FixedTerms s;
       for (std::int32_t first = piece_begin + lane; first < piece_end; first += 32 * kTiles) {
-        double t[kTiles];  // read together
+        typename Weights::Element e[kTiles]{};  // read together
+#pragma unroll
+        for (int k = 0; k < kTiles; ++k) {
+          if (first + 32 * k < piece_end) e[k] = w.load(first + 32 * k);
+        }
 #pragma unroll
         for (int k = 0; k < kTiles; ++k) {
           const std::int32_t i = first + 32 * k;
-          t[k] = i < piece_end ? w(i) * scale : 0.0;
+          if (i < piece_end) s.add(w(e[k], i) * scale);
         }
-#pragma unroll
-        for (int k = 0; k < kTiles; ++k) s.add(t[k]);
       }
       const core::FixedSum piece_sum = warp_fixed_sum(s.sum());
       if (lane == 0) t_.pieces.set(warp, piece_sum);
@@ -257,11 +263,16 @@ class BlockDraw {
         const std::int32_t piece_begin = begin + p * piece;
         const std::int32_t piece_end = piece_begin + piece < end ? piece_begin + piece : end;
         for (std::int32_t group = piece_begin; group < piece_end && found < 0; group += 32 * kTiles) {
+          typename Weights::Element e[kTiles]{};  // read together
+#pragma unroll
+          for (int k = 0; k < kTiles; ++k) {
+            if (group + 32 * k + lane < piece_end) e[k] = w.load(group + 32 * k + lane);
+          }
           double t[kTiles];
 #pragma unroll
           for (int k = 0; k < kTiles; ++k) {
             const std::int32_t i = group + 32 * k + lane;
-            t[k] = i < piece_end ? w(i) * scale : 0.0;
+            t[k] = i < piece_end ? w(e[k], i) * scale : 0.0;
           }
 #pragma unroll
           for (int k = 0; k < kTiles; ++k) {

@@ -515,15 +515,17 @@ class BlockLogitRows {
 
   // Weights in BlockDraw's concept; the views checked every value as they were opened (no element
   // is bad), and p <= 1 (w <= 1, 1 / norm <= 1) bounds the target's and the residual's, as on the
-  // CPU.
+  // CPU. An element is its index: p(v) reads the view's row itself.
 
   /// p(v) (a non-greedy view with mass).
   struct TargetWeights {
     const BlockLogitRows& rows;
     const View& p;
-    __device__ double operator()(std::int32_t v) const { return rows.value(p, v); }
-    __device__ bool bad(std::int32_t) const { return false; }
-    __device__ float screen(std::int32_t) const { return 0.0f; }
+    using Element = std::int32_t;
+    __device__ Element load(std::int32_t v) const { return v; }
+    __device__ double operator()(Element v, std::int32_t) const { return rows.value(p, v); }
+    __device__ bool bad(Element) const { return false; }
+    __device__ float screen(Element) const { return 0.0f; }
     __device__ double bound(float) const { return 1.0; }
   };
 
@@ -533,14 +535,16 @@ class BlockLogitRows {
     const View& p;
     const View* q;
     std::int32_t x;
-    __device__ double operator()(std::int32_t v) const {
+    using Element = std::int32_t;
+    __device__ Element load(std::int32_t v) const { return v; }
+    __device__ double operator()(Element v, std::int32_t) const {
       const float pv = rows.value(p, v);
       if (!q) return v == x ? 0.0 : double(pv);
       if (!(pv > 0.0f)) return 0.0;  // max(0 - q, 0): q not read
       return core::residual_weight(pv, rows.value(*q, v));
     }
-    __device__ bool bad(std::int32_t) const { return false; }
-    __device__ float screen(std::int32_t) const { return 0.0f; }
+    __device__ bool bad(Element) const { return false; }
+    __device__ float screen(Element) const { return 0.0f; }
     __device__ double bound(float) const { return 1.0; }
   };
 
@@ -551,9 +555,11 @@ class BlockLogitRows {
     const core::Residual<View>& r;
     std::int32_t x;
     typename core::Residual<View>::Collapse collapse;
-    __device__ double operator()(std::int32_t v) const { return r.weight(rows, x, v, collapse); }
-    __device__ bool bad(std::int32_t) const { return false; }
-    __device__ float screen(std::int32_t v) const { return rows.value(r.p, v); }
+    using Element = std::int32_t;
+    __device__ Element load(std::int32_t v) const { return v; }
+    __device__ double operator()(Element v, std::int32_t) const { return r.weight(rows, x, v, collapse); }
+    __device__ bool bad(Element) const { return false; }
+    __device__ float screen(Element v) const { return rows.value(r.p, v); }
     __device__ double bound(float largest_p) const { return r.weight_bound(largest_p); }
   };
 

@@ -34,6 +34,12 @@ __device__ inline float to_float(float v) { return v; }
 __device__ inline float to_float(__half v) { return __half2float(v); }
 __device__ inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+/// row[i] as float, read through the read-only data path: rows are inputs no kernel writes.
+template <class Prob>
+__device__ inline float read_row(const Prob* row, std::int32_t i) {
+  return to_float(__ldg(row + i));
+}
+
 namespace detail {
 
 /// Larger value first; the lower index among equal values (argmax ties go to the lowest token).
@@ -117,7 +123,7 @@ class BlockRows {
 
   /// A probability row needs no pre-pass.
   __device__ View open(View row) const { return row; }
-  __device__ float value(const Prob* row, std::int32_t v) const { return to_float(row[v]); }
+  __device__ float value(const Prob* row, std::int32_t v) const { return read_row(row, v); }
 
   __device__ Checked<float> max(const Prob* p) {
     const Best t = top(p);
@@ -214,7 +220,7 @@ class BlockRows {
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         const std::int32_t i = first + b * stride();
-        v[b] = i < n ? to_float(p[i]) : 0.0f;
+        v[b] = i < n ? read_row(p, i) : 0.0f;
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
@@ -294,37 +300,54 @@ class BlockRows {
     });
   }
 
-  /// Weights max(p - q, 0), or p, with w_x = max(p_x - 1, 0) for a one-hot residual at x; the
-  /// largest p bounds them (BlockDraw's concept, as cpu::draw's check()).
+  /// Weights max(p - q, 0), or p, with w_x = max(p_x - 1, 0) for a one-hot residual at x: an
+  /// element is (p_i, q_i), the one-hot draft's q_i = [i == x] (x = -1 with no draft row: the
+  /// weights are p); the largest p bounds them (BlockDraw's concept, as cpu::draw's check()).
   struct RowWeights {
     const Prob* p;
-    const Prob* q;
+    const Prob* q;  // nullptr: the one-hot draft at x
     std::int32_t x;
-    __device__ bool bad(std::int32_t i) const {
-      return !core::valid_probability_value(to_float(p[i])) ||
-             (q && !core::valid_probability_value(to_float(q[i])));
+    struct Element {
+      float p, q;
+    };
+    __device__ Element load(std::int32_t i) const {
+      return {read_row(p, i), q ? read_row(q, i) : (i == x ? 1.0f : 0.0f)};
     }
-    __device__ double operator()(std::int32_t i) const {
-      const float pi = to_float(p[i]);
-      if (i == x) return core::residual_weight(pi, 1.0);
-      return q ? core::residual_weight(pi, to_float(q[i])) : double{pi};
+    __device__ bool bad(const Element& e) const {
+      return !core::valid_probability_value(e.p) || !core::valid_probability_value(e.q);
     }
-    __device__ float screen(std::int32_t i) const { return to_float(p[i]); }
+    __device__ double operator()(const Element& e, std::int32_t) const { return core::residual_weight(e.p, e.q); }
+    __device__ float screen(const Element& e) const { return e.p; }
     __device__ double bound(float largest_p) const { return core::fixed_bound(largest_p); }
   };
 
-  /// Weights of a node's residual (core::Residual::weight), bounded by Residual::weight_bound.
+  /// Weights of a node's residual (core::Residual::weight, which reads p_i and q_i from a loaded
+  /// element), bounded by Residual::weight_bound.
   struct ResidualWeights {
     const BlockRows& rows;
     const core::Residual<View>& r;
     std::int32_t x;
     typename core::Residual<View>::Collapse collapse;
-    __device__ bool bad(std::int32_t i) const {
-      return !core::valid_probability_value(rows.value(r.p, i)) ||
-             (r.has_q && !core::valid_probability_value(rows.value(r.q, i)));
+    struct Element {
+      float p, q;
+    };
+    /// Element i as Residual::weight reads rows: p_i from the p row, q_i from the q row.
+    struct Loaded {
+      View p;
+      Element e;
+      __device__ float value(View row, std::int32_t) const { return row == p ? e.p : e.q; }
+    };
+    __device__ Element load(std::int32_t i) const {
+      return {rows.value(r.p, i), r.has_q ? rows.value(r.q, i) : 0.0f};
     }
-    __device__ double operator()(std::int32_t i) const { return r.weight(rows, x, i, collapse); }
-    __device__ float screen(std::int32_t i) const { return rows.value(r.p, i); }
+    __device__ bool bad(const Element& e) const {
+      return !core::valid_probability_value(e.p) || !core::valid_probability_value(e.q);
+    }
+    __device__ double operator()(const Element& e, std::int32_t i) const {
+      Loaded loaded{r.p, e};
+      return r.weight(loaded, x, i, collapse);
+    }
+    __device__ float screen(const Element& e) const { return e.p; }
     __device__ double bound(float largest_p) const { return r.weight_bound(largest_p); }
   };
 
