@@ -1,6 +1,7 @@
 """The engine-style PyTorch CUDA path, on the shapes bench/bench_cuda.cu measures specverify on.
 
     python3 python/bench/bench_cuda_torch.py [--json out.json] [--reps 20] [--quick]
+                                             [--vocab V ...] [--batch B ...]
 
 For each shape (B, V, K) and row kind it times, with CUDA events on the current stream, what an
 engine's batched rejection sampler does with target logits [B, K+1, V] and draft logits [B, K, V]:
@@ -88,6 +89,8 @@ def main():
     parser.add_argument("--json", help="write the results here as JSON")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="B in {1, 16} and V = 32000 only")
+    parser.add_argument("--vocab", type=int, nargs="+", help="only these of the shapes' V")
+    parser.add_argument("--batch", type=int, nargs="+", help="only these B")
     args = parser.parse_args()
     try:
         import torch
@@ -99,6 +102,10 @@ def main():
         return 0
     shapes = SHAPES[:1] if args.quick else SHAPES
     batches = (1, 16) if args.quick else BATCHES
+    if args.vocab:
+        shapes = [(V, K) for V, K in SHAPES if V in args.vocab]
+    if args.batch:
+        batches = tuple(args.batch)
     results = []
     for V, K in shapes:
         for B in batches:

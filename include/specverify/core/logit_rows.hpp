@@ -188,13 +188,30 @@ struct Processed {
 inline constexpr float kFloatMax = 3.402823466e+38f;
 inline constexpr float kInf = __builtin_huge_valf();
 
-/// Step 1 at row index i: the logit, guided where the row has guidance.
+/// What processed_logit reads from memory at row index i: the logit, the unconditional logit
+/// (guidance rows) and the bitmask's word. Read apart from their use, so that a backend can have
+/// many elements' reads in flight before it processes any (cuda/block_logit_rows.cuh).
+struct RawLogit {
+  float logit;
+  float unconditional;
+  std::uint32_t allowed_word;
+};
+
 template <class Logit>
-SPECVERIFY_HD Processed guided_logit(const LogitRow<Logit>& row, std::int32_t i) {
-  const float l = static_cast<float>(row.logits[i]);
+SPECVERIFY_HD RawLogit raw_logit(const LogitRow<Logit>& row, std::int32_t i) {
+  RawLogit r{static_cast<float>(row.logits[i]), 0.0f, ~0u};
+  if (row.unconditional) r.unconditional = static_cast<float>(row.unconditional[i]);
+  if (row.allowed) r.allowed_word = row.allowed[i >> 5];
+  return r;
+}
+
+/// Step 1 from the raw values: the logit, guided where the row has guidance.
+template <class Logit>
+SPECVERIFY_HD Processed guided_logit(const LogitRow<Logit>& row, const RawLogit& raw) {
+  const float l = raw.logit;
   Processed r{l, l < kInf};
   if (row.unconditional) {
-    const float u = static_cast<float>(row.unconditional[i]);
+    const float u = raw.unconditional;
     const bool masked = l == -kInf || u == -kInf;
     const float guided = fused(row.guidance_scale, l - u, u);
     r.valid = r.valid && u < kInf && (masked || (guided >= -kFloatMax && guided <= kFloatMax));
@@ -203,13 +220,19 @@ SPECVERIFY_HD Processed guided_logit(const LogitRow<Logit>& row, std::int32_t i)
   return r;
 }
 
+/// Step 1 at row index i.
+template <class Logit>
+SPECVERIFY_HD Processed guided_logit(const LogitRow<Logit>& row, std::int32_t i) {
+  return guided_logit(row, raw_logit(row, i));
+}
+
 SPECVERIFY_HD inline bool finite(float x) { return x >= -kFloatMax && x <= kFloatMax; }
 
-/// Steps 1-4 at row index i: guidance, the overlay's bias and penalties (invalid where they
-/// overflow a finite value), the bitmask.
+/// Steps 1-4 at row index i from its raw values: guidance, the overlay's bias and penalties
+/// (invalid where they overflow a finite value), the bitmask.
 template <class Logit>
-SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t i) {
-  Processed r = guided_logit(row, i);
+SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t i, const RawLogit& raw) {
+  Processed r = guided_logit(row, raw);
   if (row.overlay.size) {
     if (const std::int32_t k = row.overlay.find(i); k >= 0) {
       const float x = penalised(r.g, row.overlay, k, row.params);
@@ -225,8 +248,14 @@ SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t
       r.g = x;
     }
   }
-  if (row.allowed && !((row.allowed[i >> 5] >> (i & 31)) & 1u)) r.g = -kInf;
+  if (row.allowed && !((raw.allowed_word >> (i & 31)) & 1u)) r.g = -kInf;
   return r;
+}
+
+/// Steps 1-4 at row index i.
+template <class Logit>
+SPECVERIFY_HD Processed processed_logit(const LogitRow<Logit>& row, std::int32_t i) {
+  return processed_logit(row, i, raw_logit(row, i));
 }
 
 /// The weight's argument (g - max) / T as the view computes it.
@@ -240,13 +269,20 @@ SPECVERIFY_HD std::int32_t row_index(const LogitView<Logit>& view, std::int32_t 
   return view.row.target_to_draft ? view.row.target_to_draft[v] : v;
 }
 
+/// p at row index i (a prepared, ok view) from its raw values.
+template <class Logit>
+SPECVERIFY_HD float probability_at(const LogitView<Logit>& view, std::int32_t i, const RawLogit& raw) {
+  if (view.greedy) return i == view.argmax ? 1.0f : 0.0f;
+  const float g = processed_logit(view.row, i, raw).g;
+  if (!(g >= view.threshold)) return 0.0f;
+  return exp_weight(weight_argument(g, view.max, view.inv_temperature)) * view.inv_norm;
+}
+
 /// p at row index i (a prepared, ok view).
 template <class Logit>
 SPECVERIFY_HD float probability_at(const LogitView<Logit>& view, std::int32_t i) {
   if (view.greedy) return i == view.argmax ? 1.0f : 0.0f;
-  const float g = processed_logit(view.row, i).g;
-  if (!(g >= view.threshold)) return 0.0f;
-  return exp_weight(weight_argument(g, view.max, view.inv_temperature)) * view.inv_norm;
+  return probability_at(view, i, raw_logit(view.row, i));
 }
 
 /// p(v) at target id v.

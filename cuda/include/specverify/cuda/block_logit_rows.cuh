@@ -85,6 +85,7 @@ class BlockLogitRows {
   static constexpr int kBins = 256;  // radix select: 8-bit digits
   static constexpr int kBinsPerThread = (kBins + kThreads - 1) / kThreads;
   static constexpr int kCandidates = 1024;  // top_p reads at most this many from shared memory
+  static constexpr int kBatch = 4;  // elements whose raw values a thread reads before it uses them
   using Top = cub::KeyValuePair<int, float>;
   using Best = cub::KeyValuePair<int, double>;
 
@@ -125,6 +126,27 @@ class BlockLogitRows {
 
   __device__ BlockLogitRows(Shared& shared, std::int32_t n) : n(n), s_(shared) {}
 
+  /// f(i, core::processed_logit(row, i)) for this thread's row indices (threadIdx.x, then every
+  /// kThreads-th) in increasing order, as a plain loop would visit them; each thread reads kBatch
+  /// elements' raw values (core::raw_logit) before it processes any, so that many reads are in
+  /// flight at once: a pass over the row costs a few memory latencies, not one per element.
+  template <class F>
+  __device__ static void each_processed(const core::LogitRow<Logit>& row, std::int32_t count, const F& f) {
+    for (std::int32_t first = threadIdx.x; first < count; first += kBatch * kThreads) {
+      core::RawLogit raw[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (first + b * kThreads < count) raw[b] = core::raw_logit(row, first + b * kThreads);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const std::int32_t i = first + b * kThreads;
+        if (i >= count) break;
+        f(i, core::processed_logit(row, i, raw[b]));
+      }
+    }
+  }
+
   /// The pre-pass: a view of `row` with its sampling parameters applied (API.md's seven steps),
   /// the same in every thread. Parameters must have passed check_sampling_params. view.ok is
   /// false when a NaN or +inf logit was read (or guidance overflowed); view.has_mass() is false
@@ -148,12 +170,11 @@ class BlockLogitRows {
     Top t(INT_MAX, -core::kInf);
     bool bad = false;
     int finite = 0;
-    for (std::int32_t i = threadIdx.x; i < row.n; i += kThreads) {
-      const core::Processed e = core::processed_logit(row, i);
+    each_processed(row, row.n, [&](std::int32_t i, const core::Processed& e) {
       bad |= !e.valid;
       if (e.g > t.value) t = Top(i, e.g);
       finite += e.g > -core::kInf;
-    }
+    });
     __syncthreads();  // the temporaries may still be read from the previous operation
     t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
     if (threadIdx.x == 0) {
@@ -382,10 +403,9 @@ class BlockLogitRows {
   /// Sum of w over the row's values g >= t (t finite), on FixedSum's coarse grid as the CPU's.
   __device__ core::FixedSum kept_mass(const View& view, float t) {
     core::FixedSum s;
-    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
-      const float g = core::processed_logit(view.row, i).g;
-      if (g >= t) s.add_coarse(weight(view, g));
-    }
+    each_processed(view.row, view.row.n, [&](std::int32_t, const core::Processed& e) {
+      if (e.g >= t) s.add_coarse(weight(view, e.g));
+    });
     return BlockFixedSum<kThreads>(s_.cub.fixed).sum(s);
   }
 
@@ -398,12 +418,11 @@ class BlockLogitRows {
       __syncthreads();  // the histogram and the slot of the previous round may still be read
       for (int d = threadIdx.x; d < kBins; d += kThreads) s_.work.histogram[d] = 0;
       __syncthreads();
-      for (std::int32_t i = threadIdx.x; i < row.n; i += kThreads) {
-        const float g = core::processed_logit(row, i).g;
-        if (!(g > -core::kInf)) continue;
-        const unsigned key = logit_detail::order_key(g);
+      each_processed(row, row.n, [&](std::int32_t, const core::Processed& e) {
+        if (!(e.g > -core::kInf)) return;
+        const unsigned key = logit_detail::order_key(e.g);
         if ((key & mask) == prefix) atomicAdd(&s_.work.histogram[(key >> shift) & 0xffu], 1);
-      }
+      });
       __syncthreads();
       // Counts from the highest digit down: thread t holds digits 255 - t kBinsPerThread - j.
       int counts[kBinsPerThread], above[kBinsPerThread];
@@ -435,50 +454,50 @@ class BlockLogitRows {
   __device__ float top_p_threshold(const View& view, float top_p) {
     if (view.threshold > -core::kFloatMax) {
       int mine = 0;
-      for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
-        mine += core::processed_logit(view.row, i).g >= view.threshold;
-      }
+      each_processed(view.row, view.row.n,
+                     [&](std::int32_t, const core::Processed& e) { mine += e.g >= view.threshold; });
       int offset = 0, total = 0;
       __syncthreads();  // the temporaries and the histogram may still be read by kth_largest
       cub::BlockScan<int, kThreads>(s_.cub.counts).ExclusiveSum(mine, offset, total);
       if (total <= kCandidates) {
-        for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
-          const float g = core::processed_logit(view.row, i).g;
-          if (g >= view.threshold) s_.work.candidates[offset++] = g;
-        }
+        each_processed(view.row, view.row.n, [&](std::int32_t, const core::Processed& e) {
+          if (e.g >= view.threshold) s_.work.candidates[offset++] = e.g;
+        });
         __syncthreads();
-        return top_p_bisection(view, top_p, total, [&](std::int32_t c) { return s_.work.candidates[c]; });
+        return top_p_bisection(view, top_p, [&](const auto& f) {
+          for (std::int32_t c = threadIdx.x; c < total; c += kThreads) f(s_.work.candidates[c]);
+        });
       }
     }
-    return top_p_bisection(view, top_p, view.row.n,
-                           [&](std::int32_t i) { return core::processed_logit(view.row, i).g; });
+    return top_p_bisection(view, top_p, [&](const auto& f) {
+      each_processed(view.row, view.row.n, [&](std::int32_t, const core::Processed& e) { f(e.g); });
+    });
   }
 
-  /// top_p_threshold's bisection over the values g(0 .. count - 1) (the row's, or its candidates').
-  template <class Value>
-  __device__ float top_p_bisection(const View& view, float top_p, std::int32_t count, const Value& value) {
+  /// top_p_threshold's bisection over the values (the row's, or its candidates'): `each(f)` calls
+  /// f(g) for each of this thread's values.
+  template <class Each>
+  __device__ float top_p_bisection(const View& view, float top_p, const Each& each) {
     core::FixedSum s;
     unsigned lowest = UINT_MAX;
-    for (std::int32_t i = threadIdx.x; i < count; i += kThreads) {
-      const float g = value(i);
-      if (!(g >= view.threshold)) continue;
+    each([&](float g) {
+      if (!(g >= view.threshold)) return;
       const float w = weight(view, g);
       if (w > 0.0f) {
         s.add_coarse(w);
         const unsigned key = logit_detail::order_key(g);
         lowest = key < lowest ? key : lowest;
       }
-    }
+    });
     const double need = double(top_p) * BlockFixedSum<kThreads>(s_.cub.fixed).sum(s).value();
     unsigned lo = min_bits(lowest), hi = logit_detail::order_key(view.max) + 1u;
     while (hi - lo > 1u) {
       const unsigned mid = lo + (hi - lo) / 2u;
       const float t = logit_detail::key_value(mid);
       core::FixedSum m;
-      for (std::int32_t i = threadIdx.x; i < count; i += kThreads) {
-        const float g = value(i);
+      each([&](float g) {
         if (g >= t) m.add_coarse(weight(view, g));
-      }
+      });
       if (BlockFixedSum<kThreads>(s_.cub.fixed).sum(m).value() >= need) {
         lo = mid;
       } else {
@@ -492,13 +511,12 @@ class BlockLogitRows {
   /// the max, so the max qualifies).
   __device__ float min_p_threshold(const View& view, float min_p) {
     unsigned lowest = logit_detail::order_key(view.max);
-    for (std::int32_t i = threadIdx.x; i < view.row.n; i += kThreads) {
-      const float g = core::processed_logit(view.row, i).g;
-      if (g >= view.threshold && weight(view, g) >= min_p) {
-        const unsigned key = logit_detail::order_key(g);
+    each_processed(view.row, view.row.n, [&](std::int32_t, const core::Processed& e) {
+      if (e.g >= view.threshold && weight(view, e.g) >= min_p) {
+        const unsigned key = logit_detail::order_key(e.g);
         lowest = key < lowest ? key : lowest;
       }
-    }
+    });
     return logit_detail::key_value(min_bits(lowest));
   }
 
@@ -515,17 +533,31 @@ class BlockLogitRows {
 
   // Weights in BlockDraw's concept; the views checked every value as they were opened (no element
   // is bad), and p <= 1 (w <= 1, 1 / norm <= 1) bounds the target's and the residual's, as on the
-  // CPU. An element is its index: p(v) reads the view's row itself.
+  // CPU. An element holds the raw values of p(v) (and q(v)), read before any is used.
+
+  /// Target id v of a view: its row index (-1 outside a reduced draft vocabulary) and raw values.
+  struct RawAt {
+    std::int32_t i;
+    core::RawLogit raw;
+  };
+  __device__ static RawAt raw_at(const View& view, std::int32_t v) {
+    const std::int32_t i = core::row_index(view, v);
+    return {i, i >= 0 ? core::raw_logit(view.row, i) : core::RawLogit{}};
+  }
+  /// core::probability(view, v) from its raw values.
+  __device__ static float probability(const View& view, const RawAt& at) {
+    return at.i < 0 ? 0.0f : core::probability_at(view, at.i, at.raw);
+  }
 
   /// p(v) (a non-greedy view with mass).
   struct TargetWeights {
     const BlockLogitRows& rows;
     const View& p;
-    using Element = std::int32_t;
-    __device__ Element load(std::int32_t v) const { return v; }
-    __device__ double operator()(Element v, std::int32_t) const { return rows.value(p, v); }
-    __device__ bool bad(Element) const { return false; }
-    __device__ float screen(Element) const { return 0.0f; }
+    using Element = RawAt;
+    __device__ Element load(std::int32_t v) const { return raw_at(p, v); }
+    __device__ double operator()(const Element& e, std::int32_t) const { return probability(p, e); }
+    __device__ bool bad(const Element&) const { return false; }
+    __device__ float screen(const Element&) const { return 0.0f; }
     __device__ double bound(float) const { return 1.0; }
   };
 
@@ -535,31 +567,47 @@ class BlockLogitRows {
     const View& p;
     const View* q;
     std::int32_t x;
-    using Element = std::int32_t;
-    __device__ Element load(std::int32_t v) const { return v; }
-    __device__ double operator()(Element v, std::int32_t) const {
-      const float pv = rows.value(p, v);
+    struct Element {
+      RawAt p, q;
+    };
+    __device__ Element load(std::int32_t v) const { return {raw_at(p, v), q ? raw_at(*q, v) : RawAt{-1, {}}}; }
+    __device__ double operator()(const Element& e, std::int32_t v) const {
+      const float pv = probability(p, e.p);
       if (!q) return v == x ? 0.0 : double(pv);
-      if (!(pv > 0.0f)) return 0.0;  // max(0 - q, 0): q not read
-      return core::residual_weight(pv, rows.value(*q, v));
+      if (!(pv > 0.0f)) return 0.0;  // max(0 - q, 0)
+      return core::residual_weight(pv, probability(*q, e.q));
     }
-    __device__ bool bad(Element) const { return false; }
-    __device__ float screen(Element) const { return 0.0f; }
+    __device__ bool bad(const Element&) const { return false; }
+    __device__ float screen(const Element&) const { return 0.0f; }
     __device__ double bound(float) const { return 1.0; }
   };
 
-  /// A node's residual (core::Residual::weight), bounded by Residual::weight_bound of the largest
-  /// p (core::residual_mass, as the CPU's logits rows).
+  /// A node's residual (core::Residual::weight, which reads p(v) and q(v) from a loaded element),
+  /// bounded by Residual::weight_bound of the largest p (core::residual_mass, as the CPU's logits
+  /// rows).
   struct TreeWeights {
     const BlockLogitRows& rows;
     const core::Residual<View>& r;
     std::int32_t x;
     typename core::Residual<View>::Collapse collapse;
-    using Element = std::int32_t;
-    __device__ Element load(std::int32_t v) const { return v; }
-    __device__ double operator()(Element v, std::int32_t) const { return r.weight(rows, x, v, collapse); }
-    __device__ bool bad(Element) const { return false; }
-    __device__ float screen(Element v) const { return rows.value(r.p, v); }
+    struct Element {
+      RawAt p, q;
+    };
+    /// Element v as Residual::weight reads rows: p(v) from the p view, q(v) from the q view.
+    struct Loaded {
+      const View* p;
+      float pv, qv;
+      __device__ float value(const View& view, std::int32_t) const { return &view == p ? pv : qv; }
+    };
+    __device__ Element load(std::int32_t v) const {
+      return {raw_at(r.p, v), r.has_q ? raw_at(r.q, v) : RawAt{-1, {}}};
+    }
+    __device__ double operator()(const Element& e, std::int32_t v) const {
+      Loaded loaded{&r.p, probability(r.p, e.p), r.has_q ? probability(r.q, e.q) : 0.0f};
+      return r.weight(loaded, x, v, collapse);
+    }
+    __device__ bool bad(const Element&) const { return false; }
+    __device__ float screen(const Element& e) const { return probability(r.p, e.p); }
     __device__ double bound(float largest_p) const { return r.weight_bound(largest_p); }
   };
 
