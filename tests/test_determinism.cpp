@@ -385,6 +385,26 @@ TEST(CpuSplitRows, APrePassFindsABadValueInAnyPart) {
   }
 }
 
+TEST(CpuSplitRows, ASplitWithoutATeamReadsTheRowUnsplit) {
+  // RowSplit's contract: without a team the row is read unsplit (parts alone once made the
+  // prepare hand parts to a null team).
+  std::mt19937_64 rng(17);
+  const std::int32_t n = 65536;
+  SplitLogits l(n, rng);
+  core::LogitRow<float> row;
+  row.logits = l.logits.data();
+  row.n = n;
+  row.params = {0.8f, 0, 1.0f, 0.0f};
+  EXPECT_FALSE((cpu::RowSplit{nullptr, 4}.active()));
+  std::vector<float> unsplit(static_cast<std::size_t>(n)), teamless(static_cast<std::size_t>(n));
+  const auto a = cpu::prepare(row, unsplit.data());
+  const auto b = cpu::prepare(row, teamless.data(), cpu::RowSplit{nullptr, 4});
+  ASSERT_TRUE(a.ok && b.ok);
+  EXPECT_EQ(a.argmax, b.argmax);
+  EXPECT_EQ(a.norm, b.norm);
+  EXPECT_EQ(unsplit, teamless);
+}
+
 /// One sequence's logits chain (K drafts from the draft rows' argmax or a random token) at V.
 struct SplitChain {
   std::int32_t V, K;

@@ -32,7 +32,7 @@ struct RowSplit {
     return std::max(1, std::min({threads, n / kMinPart, RowTeam::kMaxParts - 1}));
   }
 
-  bool active() const { return parts > 1; }
+  bool active() const { return team != nullptr && parts > 1; }
 
   /// Where part `part` of a row of n starts (part == parts: n).
   std::int32_t begin(std::int32_t part, std::int32_t n) const {
