@@ -377,6 +377,21 @@ TEST(RowDivergence, OneHotDraftOutsideTheRowIsInvalid) {
 // ---------------------------------------------------------------------------------------------
 // Validation
 
+TEST(RowDivergence, TheLargestTermIsReportedWhereverItLies) {
+  // sum_terms chooses its scale from max_term: the largest |term| of the row, in any lane or the
+  // tail. TV's terms |p - q| are exact here (p, q on a 2^-10 grid).
+  for (const std::int32_t n : {1024, 1031}) {
+    for (const std::int32_t at : {0, 7, 515, n - 1}) {
+      std::vector<float> p(std::size_t(n), 0x1p-10f), q = p;
+      p[std::size_t(at)] += 0.5f;
+      q[std::size_t((at + 300) % n)] += 0.25f;
+      const auto sum = cpu::detail::sum_terms<cpu::DefaultArch>(p.data(), q.data(), n, cpu::detail::TvTerm{});
+      EXPECT_EQ(sum.max_term, 0.5) << "n " << n << " at " << at;
+      EXPECT_EQ(sum.value(), 0.75);
+    }
+  }
+}
+
 TEST(RowDivergence, InvalidValuesAnywhereAreReported) {
   constexpr std::int32_t n = 4 * 16 * 4 + 7;  // chunks of the SIMD body, then a tail
   const float bad[] = {kNaN, kInf, -kInf, -1e-30f, -1.0f};

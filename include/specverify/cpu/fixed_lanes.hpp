@@ -2,8 +2,7 @@
 // additions as FixedSum::add and adds the rounded parts as 64-bit integers, so a sum taken over
 // vectors of any width (SSE2, AVX2, AVX-512) or split anywhere is FixedSum's, bit for bit.
 //
-// Per double vector: two multiplies, four additions and two 64-bit integer additions; add_tracked
-// also keeps a running max of |t|, which tells whether every term was inside FixedSum's domain. The integer lanes
+// Per double vector: two multiplies, four additions and two 64-bit integer additions. The integer lanes
 // accumulate the raw bits of (h + kMagic), which equal the bits of kMagic plus h while |h| < 2^51;
 // flush() subtracts kMagic's bits once per term, in wrapping unsigned arithmetic (the true sum
 // fits: the domain bounds it by 2^62 units).
@@ -56,17 +55,11 @@ class FixedLanes {
     --adds_;
   }
 
-  /// add(t), and a running max of |t| (max_term) for callers with no bound on their terms.
-  SPECVERIFY_ALWAYS_INLINE void add_tracked(const D& t) {
-    add(t);
-    const D m = xsimd::abs(t);
-    max_ = xsimd::select(m > max_, m, max_);  // NaN lanes fail the compare: the caller validates
-  }
-
-  /// Adds the lanes' sums to `sum` and starts the sums again (the running max stays). Terms must
-  /// be finite (callers validate what they read: a NaN or infinite term gives a meaningless sum,
-  /// never undefined behaviour); whether they were inside the domain is the caller's question
-  /// (core::fixed_in_domain over max_term()), asked of the whole row so every split agrees.
+  /// Adds the lanes' sums to `sum` and starts the sums again. Terms must be finite (callers
+  /// validate what they read: a NaN or infinite term gives a meaningless sum, never undefined
+  /// behaviour); whether they were inside the domain is the caller's question (core::fixed_in_domain
+  /// over the largest |term|, which a caller with no bound on its terms tracks), asked of the whole
+  /// row so every split agrees.
   void flush(core::FixedSum& sum) {
     alignas(64) std::int64_t hi[W], lo[W];
     hi_.store_aligned(hi);
@@ -84,15 +77,6 @@ class FixedLanes {
     adds_ = 0;
   }
 
-  /// The largest |t| add_tracked() saw (before scaling; NaN lanes aside).
-  double max_term() const {
-    alignas(64) double max[W];
-    max_.store_aligned(max);
-    double largest = 0.0;
-    for (double m : max) largest = m > largest ? m : largest;
-    return largest;
-  }
-
  private:
   // t unit is exact for any float t (a power of two in double), so fusing it with the addition
   // changes no bit: every call site rounds a term alike.
@@ -102,7 +86,6 @@ class FixedLanes {
 
   double unit_;
   L hi_ = L(std::int64_t{0}), lo_ = L(std::int64_t{0});
-  D max_ = D(0.0);
   std::int64_t adds_ = 0;
 };
 
