@@ -2,7 +2,8 @@
 // read and next to a plain scalar implementation, all in this binary.
 //   Residual path: every chain rejected at its first draft, so each reads one (p, q) row pair.
 //   All accepted: every position's statistic is needed (p rows for max, p and q rows for a
-//   divergence), then the bonus row.
+//   divergence), then the bonus row. AcceptedVerifyOne: the same at B = 1 (one sequence a call,
+//   1 or 2 threads: the row split over the row team), next to AcceptedReadPassOne.
 //
 //   build/release/bench/bench_verify --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -132,6 +133,43 @@ void AcceptedVerify(benchmark::State& state, Rule rule, Reads reads) {
   set_bytes(state, reads.bytes());
 }
 
+/// AcceptedVerify at B = 1: each call verifies the next sequence's chain alone, its statistics
+/// read on `threads` threads (the row split over the row team). Against AcceptedReadPassOne, the
+/// read of the same rows.
+template <class Rule>
+void AcceptedVerifyOne(benchmark::State& state, Rule rule, Reads) {
+  SyntheticBatch& s = accepting_batch();
+  const CpuOptions options{static_cast<std::int32_t>(state.range(0))};
+  const std::vector<float> zeros(std::size_t(kK), 0.0f);
+  Randomness randomness{1};
+  randomness.accept_uniforms = zeros.data();
+  const std::int32_t offsets[] = {0, kK};
+  std::int64_t step = 0;
+  for (auto _ : state) {
+    const auto b = static_cast<std::int32_t>(step++ % kB);
+    const ChainBatch<float> one{1, kV, offsets, s.tokens.data() + std::size_t(b) * kK, p_row(s, b, 0), q_row(s, b, 0)};
+    const ChainOutput out{s.out_tokens.data() + std::size_t(b) * (kK + 1), kK + 1, s.accepted.data() + b};
+    const VerifyStats stats = verify(rule, one, randomness, out, options);
+    if (stats.accepted != stats.drafted) state.SkipWithError("a draft was rejected");
+  }
+}
+
+/// The read of one sequence's rows (AcceptedReadPass's, for one chain).
+void AcceptedReadPassOne(benchmark::State& state, Reads reads) {
+  const SyntheticBatch& s = accepting_batch();
+  std::int64_t step = 0;
+  for (auto _ : state) {
+    const auto b = static_cast<std::int32_t>(step++ % kB);
+    float sum = 0;
+    for (std::int32_t j = 0; j < kK; ++j) {
+      if (reads.p_per_position) sum += read_pass(p_row(s, b, j), kV);
+      if (reads.q_per_position) sum += read_pass(q_row(s, b, j), kV);
+    }
+    sum += read_pass(p_row(s, b, kK), kV);
+    benchmark::DoNotOptimize(sum);
+  }
+}
+
 float scalar_max(const float* p, const float*) {
   float m = 0;
   for (std::int32_t i = 0; i < kV; ++i) m = std::max(m, p[i]);
@@ -150,6 +188,9 @@ constexpr float kLoose = 1e6f;  // thresholds and tolerances that accept every d
   BENCHMARK_CAPTURE(AcceptedReadPass, name, reads)->Unit(benchmark::kMicrosecond)->UseRealTime(); \
   BENCHMARK_CAPTURE(AcceptedScalar, name, reads, scalar)->Unit(benchmark::kMicrosecond)->UseRealTime(); \
   BENCHMARK_CAPTURE(AcceptedVerify, name, rule, reads)                                       \
+      ->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMicrosecond)->UseRealTime();       \
+  BENCHMARK_CAPTURE(AcceptedReadPassOne, name, reads)->Unit(benchmark::kMicrosecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(AcceptedVerifyOne, name, rule, reads)                                    \
       ->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMicrosecond)->UseRealTime()
 
 SPECVERIFY_ACCEPTED(ears, Ears{kLoose}, kMaxReads, scalar_max);

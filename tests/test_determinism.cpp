@@ -110,6 +110,24 @@ std::uint32_t bits(float x) {
   return u;
 }
 
+constexpr Divergence kDivergences[] = {Divergence::kl_target_draft, Divergence::kl_draft_target, Divergence::js,
+                                       Divergence::js_fsd, Divergence::tv};
+
+/// The statistics EARS and FSD read (entropy, every divergence) of rows p and q, unsplit by
+/// `whole` and split by `split` (of p's and q's own views ps and qs): the same bits.
+template <class Rows, class View>
+void expect_same_statistics(const Rows& whole, const Rows& split, const View& p, const View& q, const View& ps,
+                            const View& qs, std::int32_t parts) {
+  const auto same = [&](cpu::Checked<float> a, cpu::Checked<float> b, const char* what) {
+    EXPECT_EQ(a.ok, b.ok) << what << " parts " << parts;
+    if (a.ok) {
+      EXPECT_EQ(bits(a.value), bits(b.value)) << what << " parts " << parts;
+    }
+  };
+  same(whole.entropy(p), split.entropy(ps), "entropy");
+  for (const Divergence d : kDivergences) same(whole.divergence(d, p, &q, -1), split.divergence(d, ps, &qs, -1), "divergence");
+}
+
 /// A probability row of n with its mass in a few clumps placed across part boundaries, zeros
 /// elsewhere (so the crossing lands near a boundary for some u), and optionally unnormalised
 /// values up to 2^12 (the draw's rescaled sums).
@@ -163,6 +181,57 @@ TEST(CpuSplitRows, DrawsMatchTheUnsplitRowForAnyNumberOfParts) {
     }
   }
   EXPECT_EQ(draws, 3 * 2 * 5 * 6 * 3);
+}
+
+TEST(CpuSplitRows, StatisticsMatchTheUnsplitRowForAnyNumberOfParts) {
+  // Max, argmax, entropy and every divergence (EARS and FSD read them): the same bits split or not,
+  // on rows that sum to about 1 and on unnormalised ones whose terms leave FixedSum's domain (the
+  // sums then rescale from the merged largest term), with the max tied across parts and with a
+  // NaN in one part.
+  const cpu::TeamLease lease(cpu::RowTeam::instance());
+  ASSERT_NE(lease.team(), nullptr);
+  cpu::RowTeam& team = *lease.team();
+  std::mt19937_64 rng(19);
+  std::int64_t compared = 0, rescaled = 0;
+  for (const std::int32_t n : {32768, 70001, 128256}) {
+    for (const float scale : {1e-4f, 4096.0f}) {
+      for (const bool bad : {false, true}) {
+        std::vector<float> p = clumped_row(n, rng, scale), q = clumped_row(n, rng, scale);
+        p[std::size_t(n - 70)] = p[std::size_t(70)] = 2.0f * scale;  // the max, tied in the first and last parts
+        if (bad) q[std::size_t(n / 2 + 3)] = p[std::size_t(n / 2 + 3)] = std::numeric_limits<float>::quiet_NaN();
+        const cpu::Rows<> whole{n};
+        for (const std::int32_t parts : {2, 3, 5, 7, 16}) {
+          cpu::Rows<> split{n};
+          split.split = cpu::RowSplit{&team, parts};
+          const auto expect_same = [&](cpu::Checked<float> a, cpu::Checked<float> b, const char* what) {
+            EXPECT_EQ(a.ok, b.ok) << what << " n " << n << " parts " << parts;
+            if (a.ok) {
+              EXPECT_EQ(bits(a.value), bits(b.value)) << what << " n " << n << " parts " << parts;
+            }
+            EXPECT_EQ(a.ok, !bad) << what;
+            ++compared;
+          };
+          expect_same(whole.max(p.data()), split.max(p.data()), "max");
+          const auto a = whole.argmax(p.data()), b = split.argmax(p.data());
+          EXPECT_EQ(a.ok, b.ok);
+          EXPECT_EQ(a.value, b.value) << "argmax n " << n << " parts " << parts;
+          if (!bad) {
+            EXPECT_EQ(b.value, 70);
+          }
+          expect_same_statistics(whole, split, p.data(), q.data(), p.data(), q.data(), parts);
+          for (const Divergence d : kDivergences) {
+            expect_same(whole.divergence(d, p.data(), nullptr, 70), split.divergence(d, p.data(), nullptr, 70), "one-hot");
+          }
+          EXPECT_EQ(whole.entropy(p.data()).ok, !bad);
+        }
+        double factor;
+        const auto sum = cpu::detail::divergence_sum<cpu::DefaultArch>(Divergence::kl_target_draft, p.data(), q.data(), n, factor);
+        rescaled += sum.ok && sum.scale != 1.0;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 2 * 2 * 5 * (1 + 5));
+  EXPECT_GT(rescaled, 0) << "some rows' sums left FixedSum's domain";
 }
 
 /// Logits of n with a few high tokens, guidance, a bitmask forbidding every 5th token, and a part
@@ -239,6 +308,7 @@ TEST(CpuSplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
               ASSERT_EQ(whole.draw_residual(p, nullptr, q.argmax, u).value, split.draw_residual(ps, nullptr, q.argmax, u).value);
               ASSERT_EQ(whole.draw_target(p, u).value, split.draw_target(ps, u).value);
             }
+            expect_same_statistics(whole, split, p, q, ps, qs, parts);
             ++compared;
           }
         }
@@ -352,6 +422,7 @@ TEST(CpuSplitRows, PenalisedRowsPrePassAndDrawsMatchTheUnsplitRow) {
               ASSERT_EQ(whole.draw_residual(p, &q, -1, u).value, split.draw_residual(ps, &qs, -1, u).value);
               ASSERT_EQ(whole.draw_target(p, u).value, split.draw_target(ps, u).value);
             }
+            expect_same_statistics(whole, split, p, q, ps, qs, parts);
             ++compared;
           }
         }

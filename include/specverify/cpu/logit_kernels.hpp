@@ -869,9 +869,8 @@ struct LogitRows {
       const detail::TermSum sum = detail::sum_terms<Arch>(kept, nullptr, p.listed, detail::EntropyTerm{});
       return {static_cast<float>(sum.value()), p.ok && sum.ok};
     }
-    detail::TermSum sum;  // chunks of p <= 1: each summed at scale 1, so they merge exactly
-    for_chunks(p, nullptr, [&](const float* pc, const float*, std::int32_t len) {
-      sum.merge(detail::sum_terms<Arch>(pc, nullptr, len, detail::EntropyTerm{}));
+    const detail::TermSum sum = sum_chunks(p, nullptr, [&](const float* pc, const float*, std::int32_t len) {
+      return detail::sum_terms<Arch>(pc, nullptr, len, detail::EntropyTerm{});
     });
     return {static_cast<float>(sum.value()), p.ok && sum.ok};
   }
@@ -884,10 +883,10 @@ struct LogitRows {
       const double off = rest > 0.0 ? rest * core::divergence_term(d, 1.0, 0.0) : 0.0;
       return {static_cast<float>(off + core::divergence_term(d, a, 1.0)), p.ok};
     }
-    detail::TermSum sum;  // chunks of p, q <= 1: each summed at scale 1, so they merge exactly
-    double factor = 1.0;
-    for_chunks(p, q, [&](const float* pc, const float* qc, std::int32_t len) {
-      sum.merge(detail::divergence_sum<Arch>(d, pc, qc, len, factor));
+    const double factor = detail::divergence_factor(d);
+    const detail::TermSum sum = sum_chunks(p, q, [&](const float* pc, const float* qc, std::int32_t len) {
+      double unused;
+      return detail::divergence_sum<Arch>(d, pc, qc, len, unused);
     });
     if (!sum.ok) return {std::numeric_limits<float>::quiet_NaN(), false};
     return {static_cast<float>(factor * sum.value()), p.ok && q->ok};
@@ -953,15 +952,32 @@ struct LogitRows {
     return -1;
   }
 
-  /// Calls f(p_chunk, q_chunk_or_null, len) over target ids in chunks of materialised floats (the
-  /// values value() returns), so the probability-row statistics run on them unchanged.
+  /// The merged TermSums f(p_chunk, q_chunk_or_null, len) over target ids in chunks of
+  /// materialised floats (the values value() returns), so the probability-row statistics run on
+  /// them unchanged. Values of p, q <= 1 keep every chunk's terms in FixedSum's domain at scale 1,
+  /// so the chunks merge exactly however the row is cut: dense views (pure reads of their weights)
+  /// split over the row team.
   template <class Fn>
-  void for_chunks(const View& p, const View* q, Fn f) const {
+  detail::TermSum sum_chunks(const View& p, const View* q, Fn f) const {
+    const auto range = [&](std::int32_t begin, std::int32_t end) {
+      detail::TermSum sum;
+      for_chunks(p, q, begin, end, [&](const float* pc, const float* qc, std::int32_t len) { sum.merge(f(pc, qc, len)); });
+      return sum;
+    };
+    if (!split.active() || !dense(p) || (q && !dense(*q))) return range(0, n);
+    detail::TermSum sum;
+    for (const detail::TermSum& part : split.per_part<detail::TermSum>(n, range)) sum.merge(part);
+    return sum;
+  }
+
+  /// Calls f(p_chunk, q_chunk_or_null, len) over target ids [first, end) in chunks (sum_chunks).
+  template <class Fn>
+  void for_chunks(const View& p, const View* q, std::int32_t first, std::int32_t end, Fn f) const {
     using B = logits_detail::F<Arch>;
     constexpr std::int32_t W = B::size, kChunk = 2048;
     alignas(64) float pc[kChunk], qc[kChunk];
-    for (std::int32_t begin = 0; begin < n; begin += kChunk) {
-      const std::int32_t len = std::min(kChunk, n - begin);
+    for (std::int32_t begin = first; begin < end; begin += kChunk) {
+      const std::int32_t len = std::min(kChunk, end - begin);
       std::int32_t i = 0;
       for (; i + W <= len; i += W) {
         logits_detail::probs<Arch>(p, begin + i).store_aligned(pc + i);

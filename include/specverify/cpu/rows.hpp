@@ -13,6 +13,7 @@
 #include "specverify/cpu/logit_residual.hpp"
 #include "specverify/cpu/residual_kernels.hpp"
 #include "specverify/cpu/row_kernels.hpp"
+#include "specverify/cpu/split_statistics.hpp"
 #include "specverify/rule.hpp"
 
 namespace specverify::cpu {
@@ -44,15 +45,20 @@ struct Rows {
   using View = const float*;
   std::int32_t n;
   SiblingRoom room{};
-  RowSplit split{};  // how draws split (unsplit by default)
+  RowSplit split{};  // how draws and statistics split (unsplit by default)
 
   View open(View row) const { return row; }
   float value(View row, std::int32_t v) const { return row[v]; }
-  Checked<float> max(View p) const { return row_max<Arch>(p, n); }
-  Checked<std::int32_t> argmax(View p) const { return row_argmax<Arch>(p, n); }
-  Checked<float> entropy(View p) const { return row_entropy<Arch>(p, n); }
+  Checked<float> max(View p) const { return split.active() ? split_row_max<Arch>(split, p, n) : row_max<Arch>(p, n); }
+  Checked<std::int32_t> argmax(View p) const {
+    return split.active() ? split_row_argmax<Arch>(split, p, n) : row_argmax<Arch>(p, n);
+  }
+  Checked<float> entropy(View p) const {
+    return split.active() ? split_row_entropy<Arch>(split, p, n) : row_entropy<Arch>(p, n);
+  }
   Checked<float> divergence(Divergence d, View p, const View* q, std::int32_t x) const {
-    return row_divergence<Arch>(d, p, q ? *q : nullptr, x, n);
+    return split.active() ? split_row_divergence<Arch>(split, d, p, q ? *q : nullptr, x, n)
+                          : row_divergence<Arch>(d, p, q ? *q : nullptr, x, n);
   }
   Checked<std::int32_t> draw_residual(View p, const View* q, std::int32_t x, float u) const {
     return draw_weights(Weights::residual(p, q ? *q : nullptr, x, n), u);

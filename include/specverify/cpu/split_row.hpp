@@ -47,6 +47,16 @@ struct RowSplit {
     team->run(parts, [&](std::int32_t part) { fn(part, begin(part, n), begin(part + 1, n)); });
   }
 
+  /// fn(begin, end) of every part of a row of n, on the team, in part order (summaries to merge).
+  template <class T, class Fn>
+  std::vector<T> per_part(std::int32_t n, const Fn& fn) const {
+    std::vector<T> results(static_cast<std::size_t>(parts));
+    for_parts(n, [&](std::int32_t part, std::int32_t begin, std::int32_t end) {
+      results[static_cast<std::size_t>(part)] = fn(begin, end);
+    });
+    return results;
+  }
+
   /// for_parts, and extra() as one more task beside the parts (the work they leave).
   template <class Fn, class Extra>
   void for_parts_and(std::int32_t n, const Fn& fn, const Extra& extra) const {
