@@ -847,7 +847,7 @@ template <class Arch = DefaultArch, class Logit = float>
 struct LogitRows {
   static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
   std::int32_t n;       // target vocabulary size
-  RowSplit split = {};  // how draws over the whole row split (unsplit by default)
+  RowSplit split = {};  // how draws and dense views' statistics split (unsplit by default)
 
   using View = LogitView<Logit>;
 
