@@ -113,16 +113,21 @@ std::uint32_t bits(float x) {
 constexpr Divergence kDivergences[] = {Divergence::kl_target_draft, Divergence::kl_draft_target, Divergence::js,
                                        Divergence::js_fsd, Divergence::tv};
 
+/// An unsplit statistic a and its split b: the same validity and, where valid, the same bits.
+void expect_same_statistic(cpu::Checked<float> a, cpu::Checked<float> b, const char* what, std::int32_t parts) {
+  EXPECT_EQ(a.ok, b.ok) << what << " parts " << parts;
+  if (a.ok) {
+    EXPECT_EQ(bits(a.value), bits(b.value)) << what << " parts " << parts;
+  }
+}
+
 /// The statistics EARS and FSD read (entropy, every divergence) of rows p and q, unsplit by
 /// `whole` and split by `split` (of p's and q's own views ps and qs): the same bits.
 template <class Rows, class View>
 void expect_same_statistics(const Rows& whole, const Rows& split, const View& p, const View& q, const View& ps,
                             const View& qs, std::int32_t parts) {
   const auto same = [&](cpu::Checked<float> a, cpu::Checked<float> b, const char* what) {
-    EXPECT_EQ(a.ok, b.ok) << what << " parts " << parts;
-    if (a.ok) {
-      EXPECT_EQ(bits(a.value), bits(b.value)) << what << " parts " << parts;
-    }
+    expect_same_statistic(a, b, what, parts);
   };
   same(whole.entropy(p), split.entropy(ps), "entropy");
   for (const Divergence d : kDivergences) same(whole.divergence(d, p, &q, -1), split.divergence(d, ps, &qs, -1), "divergence");
@@ -204,10 +209,8 @@ TEST(CpuSplitRows, StatisticsMatchTheUnsplitRowForAnyNumberOfParts) {
           cpu::Rows<> split{n};
           split.split = cpu::RowSplit{&team, parts};
           const auto expect_same = [&](cpu::Checked<float> a, cpu::Checked<float> b, const char* what) {
-            EXPECT_EQ(a.ok, b.ok) << what << " n " << n << " parts " << parts;
-            if (a.ok) {
-              EXPECT_EQ(bits(a.value), bits(b.value)) << what << " n " << n << " parts " << parts;
-            }
+            SCOPED_TRACE(n);
+            expect_same_statistic(a, b, what, parts);
             EXPECT_EQ(a.ok, !bad) << what;
             ++compared;
           };

@@ -314,15 +314,20 @@ SPECVERIFY_FLATTEN TermSum sum_terms_at(const float* p, const float* q, std::int
   return r;
 }
 
-/// sum_terms_at at scale 1, or again at core::fixed_scale where the terms leave FixedSum's domain
-/// (rows far from normalised): a choice made from the row's largest term alone.
+/// sum_at(scale), a row of n terms summed at a scale: at 1, or again at core::fixed_scale where
+/// the terms leave FixedSum's domain (rows far from normalised). The choice is made from the row's
+/// largest term alone, so a row summed in parts (sum_at merging them) chooses as the whole row.
+template <class SumAt>
+TermSum at_row_scale(std::int64_t n, SumAt sum_at) {
+  TermSum r = sum_at(1.0);
+  if (r.ok && !core::fixed_fits(r.max_term, n)) r = sum_at(core::fixed_scale(r.max_term, n));
+  return r;
+}
+
+/// sum_terms_at at the row's scale (at_row_scale).
 template <class Arch, class Term>
 TermSum sum_terms(const float* p, const float* q, std::int32_t n, Term term) {
-  TermSum r = sum_terms_at<Arch>(p, q, n, term, 1.0);
-  if (r.ok && !core::fixed_fits(r.max_term, n)) {
-    r = sum_terms_at<Arch>(p, q, n, term, core::fixed_scale(r.max_term, n));
-  }
-  return r;
+  return at_row_scale(n, [&](double scale) { return sum_terms_at<Arch>(p, q, n, term, scale); });
 }
 
 inline Checked<float> scaled(const TermSum& sum, double factor) {
@@ -413,16 +418,27 @@ auto with_divergence_term(Divergence d, double& factor, Fn fn) -> decltype(fn(Tv
   return {};
 }
 
-/// sum t(p, q) for divergence d, and the factor D = factor * sum (0 for a value that is not a
+/// sum t(p, q) for divergence d, summed by sum(a, b, term) (a, b: p, q, or q, p for a term that
+/// reads the rows swapped), and the factor D = factor * sum (0 for a value that is not a
 /// Divergence: ok is then false).
-template <class Arch>
-TermSum divergence_sum(Divergence d, const float* p, const float* q, std::int32_t n, double& factor) {
+template <class Sum>
+TermSum divergence_sum_by(Divergence d, const float* p, const float* q, double& factor, Sum sum) {
   TermSum invalid;
   invalid.ok = false;
-  TermSum r = with_divergence_term(d, factor, [&](auto term, bool swapped) {
-    return swapped ? sum_terms<Arch>(q, p, n, term) : sum_terms<Arch>(p, q, n, term);
-  });
+  TermSum r = with_divergence_term(d, factor, [&](auto term, bool swapped) { return swapped ? sum(q, p, term) : sum(p, q, term); });
   return factor == 0.0 ? invalid : r;
+}
+
+/// divergence_sum_by over the whole rows.
+template <class Arch>
+TermSum divergence_sum(Divergence d, const float* p, const float* q, std::int32_t n, double& factor) {
+  return divergence_sum_by(d, p, q, factor, [&](const float* a, const float* b, auto term) { return sum_terms<Arch>(a, b, n, term); });
+}
+
+/// D = factor * sum, NaN and not ok where a value read (or d) was invalid.
+inline Checked<float> divergence_value(const TermSum& sum, double factor) {
+  if (!sum.ok) return {std::numeric_limits<float>::quiet_NaN(), false};
+  return scaled(sum, factor);
 }
 
 }  // namespace detail
@@ -434,8 +450,7 @@ Checked<float> row_divergence(Divergence d, const float* p, const float* q, std:
   if (!q) return detail::one_hot_divergence<Arch>(d, p, x, n);
   double factor;
   const detail::TermSum sum = detail::divergence_sum<Arch>(d, p, q, n, factor);
-  if (!sum.ok) return {std::numeric_limits<float>::quiet_NaN(), false};
-  return detail::scaled(sum, factor);
+  return detail::divergence_value(sum, factor);
 }
 
 }  // namespace specverify::cpu

@@ -16,21 +16,19 @@ namespace specverify::cpu {
 
 namespace detail {
 
-/// sum_terms over the parts: at scale 1, and again at the scale of the whole row's largest term
-/// where a term leaves FixedSum's domain (sum_terms' choice, made from the merged maximum).
+/// sum_terms over the parts, merged, at the whole row's scale (at_row_scale).
 template <class Arch, class Term>
 TermSum split_sum_terms(const RowSplit& split, const float* p, const float* q, std::int32_t n, Term term) {
-  const auto merged = [&](double scale) {
-    const std::vector<TermSum> parts = split.per_part<TermSum>(n, [&](std::int32_t begin, std::int32_t end) {
-      return sum_terms_at<Arch>(p + begin, Term::reads_q ? q + begin : nullptr, end - begin, term, scale);
-    });
-    TermSum r = parts.front();
-    for (std::size_t k = 1; k < parts.size(); ++k) r.merge(parts[k]);
+  return at_row_scale(n, [&](double scale) {
+    TermSum r;
+    for (const TermSum& part : split.per_part<TermSum>(n, [&](std::int32_t begin, std::int32_t end) {
+           return sum_terms_at<Arch>(p + begin, Term::reads_q ? q + begin : nullptr, end - begin, term, scale);
+         })) {
+      r.merge(part);
+    }
+    r.scale = scale;
     return r;
-  };
-  TermSum r = merged(1.0);
-  if (r.ok && !core::fixed_fits(r.max_term, n)) r = merged(core::fixed_scale(r.max_term, n));
-  return r;
+  });
 }
 
 }  // namespace detail
@@ -77,11 +75,10 @@ Checked<float> split_row_divergence(const RowSplit& split, Divergence d, const f
                                     std::int32_t x, std::int32_t n) {
   if (!q) return row_divergence<Arch>(d, p, q, x, n);
   double factor;
-  const detail::TermSum sum = detail::with_divergence_term(d, factor, [&](auto term, bool swapped) {
-    return swapped ? detail::split_sum_terms<Arch>(split, q, p, n, term) : detail::split_sum_terms<Arch>(split, p, q, n, term);
+  const detail::TermSum sum = detail::divergence_sum_by(d, p, q, factor, [&](const float* a, const float* b, auto term) {
+    return detail::split_sum_terms<Arch>(split, a, b, n, term);
   });
-  if (factor == 0.0 || !sum.ok) return {std::numeric_limits<float>::quiet_NaN(), false};
-  return detail::scaled(sum, factor);
+  return detail::divergence_value(sum, factor);
 }
 
 }  // namespace specverify::cpu
