@@ -6,7 +6,9 @@
 //   sharded_logits/..., gather_logits/...: the same over rows of logits, at T = 0.8 (sampling:0)
 //                or top-k 50 + top-p 0.9 (sampling:1);
 //   sharded_block/..., gather_block/...: Block verification over probability rows (its two
-//                phases of masses Z_i included).
+//                phases of masses Z_i included);
+//   sharded_tree/..., gather_tree/...: trees of 16 sampled nodes (TreeStep), whose masses after
+//                rejected siblings take 6 rounds of 2 collectives.
 // Every other benchmark verifies with Standard.
 // Counters: bytes_sent, what one rank sends per step; calls, its collectives per step.
 //
@@ -82,11 +84,84 @@ struct Step {
   std::int64_t rows() const { return std::int64_t{B} * (2 * K + 1); }
 };
 
-void report(benchmark::State& state, const Step& s, std::int64_t calls, std::int64_t bytes) {
+/// B trees of 16 nodes, drafted by sampling: a root with four children, below them 3, 2 and 1, and
+/// deeper ones (depth 4; the most masses one path may ask: 3 + 2 + 1). This rank's slices of their
+/// 17 target and 17 draft rows; random tokens, so most children are rejected and the residual
+/// after each decides the next.
+struct TreeStep {
+  static constexpr std::int32_t kNodes = 16, kWidth = 5;
+  std::int32_t B, V, start, size;
+  std::vector<std::int32_t> offsets, parents, tokens;
+  std::vector<float> p, q;  // this rank's slices, stride size
+
+  TreeStep(std::int32_t b, std::int32_t v) : B(b), V(v) {
+    start = static_cast<std::int32_t>(std::int64_t{V} * g_rank / g_ranks);
+    size = static_cast<std::int32_t>(std::int64_t{V} * (g_rank + 1) / g_ranks) - start;
+    std::mt19937_64 rng(6);
+    const std::int32_t shape[kNodes] = {-1, -1, -1, -1, 0, 0, 0, 1, 1, 2, 4, 4, 5, 7, 10, 13};
+    std::vector<std::vector<float>> pool;
+    for (int i = 0; i < 8; ++i) pool.push_back(sv::testing::random_distribution(V, rng));
+    for (std::int32_t s = 0; s <= B; ++s) offsets.push_back(s * kNodes);
+    for (std::int32_t s = 0; s < B; ++s) {
+      parents.insert(parents.end(), shape, shape + kNodes);
+      for (std::int32_t i = 0; i < kNodes; ++i) tokens.push_back(static_cast<std::int32_t>(rng() % V));
+    }
+    for (std::int64_t r = 0; r < 2 * rows_of_each(); ++r) {
+      const std::vector<float>& row = pool[static_cast<std::size_t>(r) % pool.size()];
+      auto& into = r < rows_of_each() ? p : q;
+      into.insert(into.end(), row.begin() + start, row.begin() + start + size);
+    }
+  }
+  std::int64_t rows_of_each() const { return std::int64_t{B} * (kNodes + 1); }
+  std::int64_t rows() const { return 2 * rows_of_each(); }
+};
+
+template <class S>
+void report(benchmark::State& state, const S& s, std::int64_t calls, std::int64_t bytes) {
   state.counters["calls"] = benchmark::Counter(static_cast<double>(calls) / state.iterations());
   state.counters["bytes_sent"] = benchmark::Counter(static_cast<double>(bytes) / state.iterations());
   state.counters["bytes_per_row"] = benchmark::Counter(static_cast<double>(bytes) / state.iterations() / s.rows());
 }
+
+/// What engines do before verifying: every rank gathers `rows` rows whole from the ranks' slices
+/// (one all_gather, every rank sending the widest slice, as an all_gather must), then puts them
+/// back together.
+class RowGather {
+ public:
+  RowGather(std::int32_t V, std::int64_t rows) : V_(V), rows_(rows), sizes_(g_ranks), starts_(g_ranks) {
+    for (int r = 0; r < g_ranks; ++r) {
+      starts_[r] = static_cast<std::int32_t>(std::int64_t{V} * r / g_ranks);
+      sizes_[r] = static_cast<std::int32_t>(std::int64_t{V} * (r + 1) / g_ranks) - starts_[r];
+    }
+    widest_ = *std::max_element(sizes_.begin(), sizes_.end());
+    send_.resize(std::size_t(widest_) * rows);
+    all_.resize(send_.size() * g_ranks + 64);
+    whole_.resize(std::size_t(rows) * V);
+  }
+  /// The whole rows from this rank's slices (`size` wide); adds the bytes sent.
+  const float* operator()(const std::vector<float>& mine, std::int32_t size, std::int64_t& bytes) {
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      std::memcpy(&send_[std::size_t(r) * widest_], &mine[std::size_t(r) * size], sizeof(float) * size);
+    }
+    const int count = static_cast<int>(send_.size());
+    MPI_Allgather(send_.data(), count, MPI_FLOAT, all_.data(), count, MPI_FLOAT, MPI_COMM_WORLD);
+    bytes += std::int64_t{count} * 4;
+    for (int k = 0; k < g_ranks; ++k) {  // [rank][row][slice] -> [row][V]
+      for (std::int64_t r = 0; r < rows_; ++r) {
+        std::memcpy(&whole_[std::size_t(r) * V_ + starts_[k]], &all_[std::size_t(k) * count + std::size_t(r) * widest_],
+                    sizeof(float) * sizes_[k]);
+      }
+    }
+    return whole_.data();
+  }
+
+ private:
+  std::int32_t V_;
+  std::int64_t rows_;
+  std::vector<std::int32_t> sizes_, starts_;
+  std::int32_t widest_ = 0;
+  std::vector<float> send_, all_, whole_;
+};
 
 /// The step's batch over rows given as probabilities, or as logits with the step's parameters.
 template <bool kLogits>
@@ -120,39 +195,45 @@ template <bool kLogits, class Rule = sv::Standard>
 void gather(benchmark::State& state) {
   const Step s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)), 5, kLogits,
                kLogits ? state.range(2) : 0);
-  std::vector<float> p_all(s.p.size() * g_ranks + 64), q_all(s.q.size() * g_ranks + 64);
-  std::vector<float> p(std::size_t(s.B) * (s.K + 1) * s.V), q(std::size_t(s.B) * s.K * s.V);
+  RowGather p(s.V, std::int64_t{s.B} * (s.K + 1)), q(s.V, std::int64_t{s.B} * s.K);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(s.B * (s.K + 1))), accepted(static_cast<std::size_t>(s.B));
-  std::vector<std::int32_t> sizes(static_cast<std::size_t>(g_ranks)), starts(static_cast<std::size_t>(g_ranks));
-  for (int r = 0; r < g_ranks; ++r) {
-    starts[r] = static_cast<std::int32_t>(std::int64_t{s.V} * r / g_ranks);
-    sizes[r] = static_cast<std::int32_t>(std::int64_t{s.V} * (r + 1) / g_ranks) - starts[r];
-  }
-  // Slices differ by at most one element: every rank sends the largest, as an all_gather must.
-  const std::int32_t widest = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<float> send_p(std::size_t(widest) * s.B * (s.K + 1)), send_q(std::size_t(widest) * s.B * s.K);
   std::int64_t bytes = 0;
   std::uint64_t step = 0;
-  const auto gather_rows = [&](const std::vector<float>& mine, std::vector<float>& send, std::vector<float>& all,
-                               std::vector<float>& whole, std::int64_t rows) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      std::memcpy(&send[std::size_t(r) * widest], &mine[std::size_t(r) * s.size], sizeof(float) * s.size);
-    }
-    const int count = static_cast<int>(send.size());
-    MPI_Allgather(send.data(), count, MPI_FLOAT, all.data(), count, MPI_FLOAT, MPI_COMM_WORLD);
-    bytes += std::int64_t{count} * 4;
-    for (int k = 0; k < g_ranks; ++k) {  // [rank][row][slice] -> [row][V]
-      for (std::int64_t r = 0; r < rows; ++r) {
-        std::memcpy(&whole[std::size_t(r) * s.V + starts[k]], &all[std::size_t(k) * count + std::size_t(r) * widest],
-                    sizeof(float) * sizes[k]);
-      }
-    }
-  };
   for (auto _ : state) {
-    gather_rows(s.p, send_p, p_all, p, std::int64_t{s.B} * (s.K + 1));
-    gather_rows(s.q, send_q, q_all, q, std::int64_t{s.B} * s.K);
-    const auto batch = batch_of<kLogits>(s, p.data(), q.data());
+    const float* p_whole = p(s.p, s.size, bytes);
+    const float* q_whole = q(s.q, s.size, bytes);
+    const auto batch = batch_of<kLogits>(s, p_whole, q_whole);
     sv::verify(Rule{}, batch, {7, step++}, {tokens.data(), s.K + 1, accepted.data()}, sv::CpuOptions{1});
+    benchmark::DoNotOptimize(tokens.data());
+  }
+  report(state, s, 2 * state.iterations(), bytes);
+}
+
+void sharded_tree(benchmark::State& state) {
+  const TreeStep s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)));
+  sv::TreeBatch<float> batch{s.B, s.V, s.offsets.data(), s.parents.data(), s.tokens.data(), s.p.data(), s.q.data()};
+  batch.shard = {g_rank, g_ranks, s.start, s.size};
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(s.B * s.kWidth)), accepted(static_cast<std::size_t>(s.B));
+  const CountingCommunicator comm{sv::MpiCommunicator{MPI_COMM_WORLD}};
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.kWidth, accepted.data()}, comm, {1});
+    benchmark::DoNotOptimize(tokens.data());
+  }
+  report(state, s, comm.calls, comm.bytes);
+}
+
+void gather_tree(benchmark::State& state) {
+  const TreeStep s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)));
+  RowGather p(s.V, s.rows_of_each()), q(s.V, s.rows_of_each());
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(s.B * s.kWidth)), accepted(static_cast<std::size_t>(s.B));
+  std::int64_t bytes = 0;
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const float* p_whole = p(s.p, s.size, bytes);
+    const float* q_whole = q(s.q, s.size, bytes);
+    const sv::TreeBatch<float> batch{s.B, s.V, s.offsets.data(), s.parents.data(), s.tokens.data(), p_whole, q_whole};
+    sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.kWidth, accepted.data()}, sv::CpuOptions{1});
     benchmark::DoNotOptimize(tokens.data());
   }
   report(state, s, 2 * state.iterations(), bytes);
@@ -193,6 +274,8 @@ BENCHMARK_TEMPLATE(sharded, true)->Name("sharded_logits")->Apply(logit_shapes);
 BENCHMARK_TEMPLATE(gather, true)->Name("gather_logits")->Apply(logit_shapes);
 BENCHMARK_TEMPLATE(sharded, false, sv::Block)->Name("sharded_block")->Apply(block_shapes);
 BENCHMARK_TEMPLATE(gather, false, sv::Block)->Name("gather_block")->Apply(block_shapes);
+BENCHMARK(sharded_tree)->Apply(block_shapes);
+BENCHMARK(gather_tree)->Apply(block_shapes);
 
 /// Ranks other than 0 run the same benchmarks silently.
 class Silent : public benchmark::BenchmarkReporter {

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -163,6 +164,20 @@ TEST(Sharded, EveryRankReportsABadValueInOneSlice) {
       EXPECT_EQ(o.tokens, std::vector<std::int32_t>(o.tokens.size(), -7)) << "an output changed";
     }
   }
+}
+
+/// A bad value in a draft row that only the residual draw reads: named in the draft row, as the
+/// unsharded verify names it, though the target row's slices come first in the draw's message.
+TEST(Sharded, EveryRankNamesABadDraftValueInTheDraw) {
+  Chains c = make_chains(3, 64, 3, Rows::normalised, 6);
+  c.tokens.assign(c.tokens.size(), 3);
+  for (std::int32_t b = 0; b < c.B; ++b) c.p[static_cast<std::size_t>(c.offsets[b] + b) * c.V + 3] = 0.0f;  // rejected
+  for (std::int32_t j = 0; j < c.offsets.back(); ++j) c.q[static_cast<std::size_t>(j) * c.V + 50] = std::numeric_limits<float>::quiet_NaN();
+  const sv::Randomness r = randomness(c, false);
+  const Outcome whole = unsharded(sv::Standard{}, c, r, false);
+  ASSERT_NE(whole.error.find("draft row"), std::string::npos) << whole.error;
+  sv::ThreadGroup group(4);
+  for (const Outcome& o : sharded(sv::Standard{}, c, r, false, {0, 10, 30, 30, 64}, false, group)) EXPECT_EQ(o.error, whole.error);
 }
 
 TEST(Sharded, EveryRankReportsABadSplitOrInput) {

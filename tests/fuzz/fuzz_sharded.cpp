@@ -1,6 +1,7 @@
 // libFuzzer target: the sharded verify against the unsharded one on whatever bytes come in.
 //
-// The input decodes into a chain batch (B, V, ragged drafts, tokens, one-hot or not, rows drawn
+// The input decodes into a chain or tree batch (B, V, ragged drafts or random trees drafted any
+// way, tokens, one-hot or not, rows drawn
 // from a palette of ordinary, edge and invalid values: NaN, inf, negative, subnormal, huge and tiny),
 // a rule, and a split of [0, V) over 1 to 5 ranks (uneven, empty slices allowed), each rank's rows
 // copied to their own buffers sized exactly to the slice, so ASan sees any read past them. Ranks run
@@ -46,12 +47,12 @@ float edge_value(FuzzedDataProvider& in) {
 }
 
 struct Result {
-  std::vector<std::int32_t> tokens, accepted;
+  std::vector<std::int32_t> tokens, accepted, nodes;
   std::vector<float> logprobs;
   VerifyStats stats{};
   std::string error;
   bool same(const Result& o) const {
-    return tokens == o.tokens && accepted == o.accepted &&
+    return tokens == o.tokens && accepted == o.accepted && nodes == o.nodes &&
            std::memcmp(logprobs.data(), o.logprobs.data(), logprobs.size() * sizeof(float)) == 0 &&
            std::memcmp(&stats, &o.stats, sizeof stats) == 0 && error == o.error;
   }
@@ -80,7 +81,7 @@ void expect_ranks(const Rule& rule, std::int32_t ranks, BatchOf batch_of, const 
   std::vector<std::thread> threads;
   for (std::int32_t k = 0; k < ranks; ++k) {
     threads.emplace_back([&, batch = batch_of(k), k] {
-      results[k] = capture([&](const ChainOutput& out) { return verify(rule, batch, randomness, out, group.communicator(k)); });
+      results[k] = capture([&](const auto& out) { return verify(rule, batch, randomness, out, group.communicator(k)); });
     });
   }
   for (auto& t : threads) t.join();
@@ -234,11 +235,79 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
   }, randomness, whole, capture);
 }
 
+/// As run() over a batch of trees: up to 6 nodes per sequence under random parents, drafted in any
+/// of the three ways (deterministic: no draft rows).
+template <class Rule>
+void run_tree(const Rule& rule, FuzzedDataProvider& in) {
+  const std::int32_t B = in.ConsumeIntegralInRange<std::int32_t>(1, 4);
+  const std::int32_t V = in.ConsumeIntegralInRange<std::int32_t>(1, 70);
+  const auto how = static_cast<Drafted>(in.ConsumeIntegralInRange<int>(0, 2));
+  std::vector<std::int32_t> offsets{0}, parents, tokens, depth;
+  std::int32_t width = 1;
+  for (std::int32_t b = 0; b < B; ++b) {
+    const std::int32_t n = in.ConsumeIntegralInRange<std::int32_t>(0, 6);
+    offsets.push_back(offsets.back() + n);
+    depth.assign(static_cast<std::size_t>(n), 1);
+    for (std::int32_t i = 0; i < n; ++i) {
+      const std::int32_t parent = in.ConsumeIntegralInRange<std::int32_t>(-1, i - 1);
+      parents.push_back(parent);
+      tokens.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V - 1));
+      if (parent >= 0) depth[static_cast<std::size_t>(i)] = depth[static_cast<std::size_t>(parent)] + 1;
+      width = std::max(width, depth[static_cast<std::size_t>(i)] + 1);
+    }
+  }
+  const std::int32_t rows = offsets.back() + B;
+  const bool with_q = how != Drafted::deterministic;
+  std::vector<float> p(static_cast<std::size_t>(rows) * V), q(with_q ? p.size() : 0);
+  for (auto& v : p) v = edge_value(in);
+  for (auto& v : q) v = edge_value(in);
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(B));
+  for (auto& x : positions) x = in.ConsumeIntegral<std::uint16_t>();
+  const std::int32_t ranks = in.ConsumeIntegralInRange<std::int32_t>(1, 5);
+  std::vector<std::int32_t> cuts{0, V};
+  for (std::int32_t r = 1; r < ranks; ++r) cuts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V));
+  std::sort(cuts.begin(), cuts.end());
+  Randomness randomness{in.ConsumeIntegral<std::uint64_t>(), in.ConsumeIntegral<std::uint32_t>()};
+  randomness.positions = positions.data();
+
+  const auto capture = [&](auto verify_one) {
+    Result r;
+    r.tokens.assign(static_cast<std::size_t>(B) * width, -7);
+    r.nodes.assign(r.tokens.size(), -7);
+    r.accepted.assign(static_cast<std::size_t>(B), -7);
+    r.logprobs.assign(r.tokens.size(), 0.5f);
+    try {
+      r.stats = verify_one(TreeOutput{r.tokens.data(), width, r.accepted.data(), r.nodes.data(), r.logprobs.data()});
+    } catch (const invalid_input& e) {
+      r.error = e.what();
+      CHECK(r.tokens == std::vector<std::int32_t>(r.tokens.size(), -7));
+      CHECK(r.nodes == std::vector<std::int32_t>(r.nodes.size(), -7));
+      CHECK(r.accepted == std::vector<std::int32_t>(r.accepted.size(), -7));
+    }
+    return r;
+  };
+  TreeBatch<float> whole_batch{B, V, offsets.data(), parents.data(), tokens.data(), p.data(), with_q ? q.data() : nullptr};
+  whole_batch.drafted = how;
+  const Result whole = capture([&](const TreeOutput& out) { return verify(rule, whole_batch, randomness, out); });
+
+  std::vector<std::vector<float>> ps(static_cast<std::size_t>(ranks)), qs(ps);
+  expect_ranks(rule, ranks, [&](std::int32_t k) {
+    const std::int32_t start = cuts[k], size = cuts[k + 1] - cuts[k];
+    ps[k] = slice_of(p, V, rows, start, size);
+    if (with_q) qs[k] = slice_of(q, V, rows, start, size);
+    TreeBatch<float> batch = whole_batch;
+    batch.target_probs = size ? ps[k].data() : nullptr;
+    batch.draft_probs = with_q && size ? qs[k].data() : nullptr;
+    batch.shard = {k, ranks, start, size};
+    return batch;
+  }, randomness, whole, capture);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 13)) {
     case 0: run(Standard{}, in); break;
     case 1: run(Greedy{}, in); break;
     case 2: run(Ears{0.3f}, in); break;
@@ -246,7 +315,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 4: run(ReducibleFsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
     case 5: run(Coupled{}, in); break;
     case 6: run(Block{}, in); break;
-    default: run(Traversal{}, in); break;
+    case 7: run(Traversal{}, in); break;
+    case 8: run_tree(Standard{}, in); break;
+    case 9: run_tree(Greedy{}, in); break;
+    case 10: run_tree(Ears{0.3f}, in); break;
+    case 11: run_tree(Fsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
+    case 12: run_tree(ReducibleFsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
+    default: run_tree(Coupled{}, in); break;
   }
   return 0;
 }

@@ -8,9 +8,9 @@
 //   1. shard: each rank's slice, its local findings (validation), a digest of the shared input;
 //   (rows of logits) the pre-pass's phases, cpu/sharded_logits.hpp: each row's merged view (max,
 //      kept set, normaliser): 2 phases, 7 where a sliced row has top_p without top_k;
-//   2. rows: at every node that may be read, p(x) and q(x) from the rank holding x, and the
-//      statistics the rule asks for (max, argmax, entropy, divergence at scale 1, the coupled
-//      sample's winner), each with the first invalid value its pass met;
+//   2. rows: at every row that may be read, p(x) and q(x) of each child x from the rank holding x,
+//      and the statistics the rule asks for (max, argmax, entropy, divergence at scale 1, the
+//      coupled sample's winner), each with the first invalid value its pass met;
 //   3. (rules with statistics, rows of probabilities) the sums whose largest term leaves
 //      FixedSum's domain, again at the scale the whole row's largest term gives (rows of logits
 //      keep them at scale 1, as LogitRows sums them);
@@ -19,14 +19,19 @@
 //      row's);
 //   then every rank walks every sequence with core::walk over the merged summaries, which decides
 //   identically everywhere and leaves one draw per sequence (its weights and uniform) undone;
+//   (trees, residual rules) a walk that rejects a sibling asks for the mass of what is left of p
+//      and stops there: two phases sum the asked masses (one per sequence, as the masses Z_i) and
+//      the sequences that asked walk again, for as many rounds as one path of the trees may ask
+//      (each node's children but the last, and without replacement its q's total once);
 //   4. draws: each slice's sum of the draw's weights (and of p, in case the residual has no mass);
 //   5. those sums again at the scale the whole row's bound gives, where it is not 1;
 //   6. tokens: the rank whose slice holds u times the total draws in it, from the exact sum of the
 //      slices before it.
 // So a rank sends 6 (5 without statistics, 7 for Block with draft rows and for Traversal) messages
-// per call over probability rows, 7 over logits (12 with top_p alone; Block and Traversal: 2 more);
-// a phase with nothing to send (the same on every rank) makes no call. So far: chains, with every
-// rule.
+// per call over probability rows, 7 over logits (12 with top_p alone; Block and Traversal: 2 more),
+// and a tree's rounds 2 each; a phase with nothing to send (the same on every rank) makes no call.
+// So far: chains with every rule, rows of probabilities or logits; trees over rows of
+// probabilities with every per-draft rule.
 #pragma once
 
 #include <algorithm>
@@ -146,12 +151,58 @@ struct NodeFields {
   }
 };
 
+/// A tree node's later child (after its first) as it crosses ranks: its token, and p(x), q(x)
+/// from the rank holding x.
+struct Child {
+  std::int32_t token = -1;
+  float p = 0.0f, q = 0.0f;
+};
+
 /// One sequence's draw (phase 4, 5): the sums of the residual's and of p's weights over the slice.
 struct DrawSlice {
   core::FixedSum residual, target;
   double residual_bound = 0.0, target_bound = 0.0;  // fixed_bound of the slice's largest p
   std::uint8_t ok = 1;
-  BadValue bad;
+  BadValue p_bad, q_bad;
+};
+
+/// A node's row for the walk: the target row (p) or the draft row (q) of node `slot`.
+struct RowRef {
+  std::int64_t slot = 0;
+  bool draft = false;
+  bool ok = true, has_mass = true;  // the merged pre-pass's (rows of logits)
+};
+
+inline bool view_ok(const RowRef& r) { return r.ok; }
+inline bool view_has_mass(const RowRef& r) { return r.has_mass; }
+
+/// What is left of p at a tree node after rejected siblings (core::Residual), copied out of the
+/// walk: a mass it asks for, or the draw it leaves.
+struct ResidualState {
+  RowRef p, q;
+  double p_scale = 1.0;
+  bool has_q = false;
+  Drafted drafted = Drafted::sampled;
+  std::int32_t x = kNoToken;  // the sibling rejected now (kNoToken: r itself)
+  std::vector<std::int32_t> tokens;
+  std::vector<double> scale, inv_mass;
+  double removed = 0.0, q_total = 1.0;
+
+  static ResidualState of(const core::Residual<RowRef>& r, std::int32_t x) {
+    ResidualState s;
+    s.p = r.p;
+    s.q = r.q;
+    s.p_scale = r.p_scale;
+    s.has_q = r.has_q;
+    s.drafted = r.drafted;
+    s.x = x;
+    s.tokens.assign(r.siblings.token, r.siblings.token + r.steps);
+    s.scale.assign(r.siblings.scale, r.siblings.scale + r.steps);
+    s.inv_mass.assign(r.siblings.inv_mass, r.siblings.inv_mass + r.steps);
+    s.removed = r.removed;
+    s.q_total = r.q_total;
+    return s;
+  }
 };
 
 /// The draw a walk leaves for phase 4: sequence b's at `depth`, from p (residual: minus q, or the
@@ -164,6 +215,18 @@ struct PendingDraw {
   std::int32_t depth = 0, node = -1;
   std::int64_t p_row = -1, q_row = -1;
   double p_scale = 1.0;   // a joint walk's residual max(s p - q, 0): s
+  bool absorbed = false;  // a tree node's residual after absorbed siblings: `state`
+  ResidualState state;
+
+  static PendingDraw of(bool residual, std::int64_t slot, std::int32_t x, float u) {
+    PendingDraw d;
+    d.active = true;
+    d.residual = residual;
+    d.slot = slot;
+    d.x = x;
+    d.u = u;
+    return d;
+  }
 };
 
 /// A joint walk's Z_i at a node (core/block_walk.hpp; on a chain, core/traversal_walk.hpp asks the
@@ -184,25 +247,17 @@ struct MassSlice {
   BadValue p_bad, q_bad;
 };
 
-/// A node's row for the walk: the target row (p) or the draft row (q) of node `slot`.
-struct RowRef {
-  std::int64_t slot = 0;
-  bool draft = false;
-  bool ok = true, has_mass = true;  // the merged pre-pass's (rows of logits)
-};
-
-inline bool view_ok(const RowRef& r) { return r.ok; }
-inline bool view_has_mass(const RowRef& r) { return r.has_mass; }
-
 /// The walk's row source: row indices, keyed by the node slot (a chain's target row index).
 struct Source {
   using Row = RowRef;
   bool has_q = false;
   const float* target_row_max{};
+  bool tree = false;
 
   bool has_draft() const { return has_q; }
   RowRef target_row(std::int32_t, std::int64_t row) const { return {row, false}; }
-  RowRef draft_row(std::int32_t b, std::int64_t row) const { return {row + b, true}; }  // chains: slot = q row + b
+  // A chain's draft row j is slot j + b; a tree's draft rows are laid out like its target rows.
+  RowRef draft_row(std::int32_t b, std::int64_t row) const { return {tree ? row : row + b, true}; }
   const float* known_max(std::int64_t row) const { return target_row_max ? target_row_max + row : nullptr; }
 };
 
@@ -217,6 +272,7 @@ struct Node {
   GumbelBest coupled;
   BadValue p_bad, q_bad;
   bool p_ok = true, q_ok = true, q_mass = true;  // rows of logits: their merged pre-pass
+  std::int32_t first_later = 0, later_children = 0;  // a tree node's children after x, in the Child list
 };
 
 /// The walk's rows: answers from the merged summaries; the one draw is left pending.
@@ -228,7 +284,25 @@ struct Rows {
   std::vector<BlockMass>* masses{};  // a joint walk's, by the node of p
   bool recording = false;            // the first of a joint walk's two walks
 
+  // A tree's residuals after absorbed siblings: their masses, one asked per walk (the tree
+  // rounds). `known` answers the walk's first masses in the order it asks them; the first it asks
+  // past them is copied to `ask`, and the rest of that walk is discarded.
+  const std::vector<Child>* children{};
+  SiblingRoom* room{};
+  const std::vector<BlockMass>* known{};
+  ResidualState* ask{};
+  bool asked = false;
+  std::size_t masses_read = 0;
+
   const Node& at(const RowRef& r) const { return (*nodes)[static_cast<std::size_t>(r.slot)]; }
+  /// A later child's value of p (q) at v, if v is one of them.
+  const Child* later(const Node& n, std::int32_t v) const {
+    for (std::int32_t i = 0; i < n.later_children; ++i) {
+      const Child& c = (*children)[static_cast<std::size_t>(n.first_later + i)];
+      if (c.token == v) return &c;
+    }
+    return nullptr;
+  }
 
   RowRef open(RowRef r) const {
     const Node& n = at(r);
@@ -238,7 +312,10 @@ struct Rows {
   }
   float value(const RowRef& r, std::int32_t v) const {
     const Node& n = at(r);
-    if (r.draft) return n.q_x;  // the walk reads q only at the draft
+    if (v != n.x) {
+      if (const Child* c = n.later_children > 0 ? later(n, v) : nullptr) return r.draft ? c->q : c->p;
+    }
+    if (r.draft) return n.q_x;  // the walk reads q only at its drafts
     if (v == n.x) return n.p_x;
     if (v == n.argmax) return n.max;
     if (v == n.coupled.token) return n.coupled.p;
@@ -278,23 +355,30 @@ struct Rows {
     return {detail::one_hot_value(d, n.p_x, rest, off_x), ok};
   }
   Checked<std::int32_t> draw_residual(const RowRef& p, const RowRef* q, std::int32_t x, float u) {
-    *pending = PendingDraw{true, true, p.slot, q ? -1 : x, u};
+    *pending = PendingDraw::of(true, p.slot, q ? -1 : x, u);
     return {0, true};  // a placeholder token: phase 6 writes the drawn one
   }
   Checked<std::int32_t> draw_target(const RowRef& p, float u) {
-    *pending = PendingDraw{true, false, p.slot, -1, u};
+    *pending = PendingDraw::of(false, p.slot, -1, u);
     return {0, true};
   }
   Checked<std::int32_t> gumbel_argmax(const RowRef& p, std::uint64_t, std::int64_t) const {
     const GumbelBest& g = at(p).coupled;
     return {g.ok ? g.token : -1, g.ok};
   }
-  // A chain's node has one child: no sibling is ever absorbed. The residuals left are the joint
+  // A chain's node has one child: no sibling is ever absorbed. Its residuals are the joint
   // walks' max(s p - q, 0): their masses Z_i, summed in the block phases (the first walk records
   // what it asks and reads 0, which fails every test that needs one, so it asks for every Z the
-  // second walk may read), and their draw.
-  core::Siblings siblings(std::int32_t) { return {}; }
-  Checked<double> mass(const core::Residual<RowRef>& r, std::int32_t) const {
+  // second walk may read), and their draw. A tree's are what is left after rejected siblings.
+  core::Siblings siblings(std::int32_t count) { return room->siblings(count); }
+  Checked<double> mass(const core::Residual<RowRef>& r, std::int32_t x) {
+    if (known) {
+      const std::size_t i = masses_read++;
+      if (i < known->size()) return {(*known)[i].z, (*known)[i].ok};
+      if (!asked) *ask = ResidualState::of(r, x);
+      asked = true;
+      return {1.0, true};  // a stand-in: this walk is walked again once the mass is known
+    }
     BlockMass& m = (*masses)[static_cast<std::size_t>(r.p.slot)];
     if (recording) {
       m.p_scale = r.p_scale;
@@ -302,9 +386,13 @@ struct Rows {
     }
     return {m.z, m.ok};
   }
-  Checked<std::int32_t> draw(const core::Residual<RowRef>& r, std::int32_t, float u) const {
-    *pending = PendingDraw{true, true, r.p.slot, -1, u};
+  Checked<std::int32_t> draw(const core::Residual<RowRef>& r, std::int32_t x, float u) const {
+    *pending = PendingDraw::of(true, r.p.slot, -1, u);
     pending->p_scale = r.p_scale;
+    if (r.steps > 0) {
+      pending->absorbed = true;
+      pending->state = ResidualState::of(r, x);
+    }
     return {0, true};
   }
 };
@@ -332,6 +420,18 @@ class Digest {
   std::uint64_t h_ = 14695981039346656037ull;
 };
 
+/// The layout and output of a batch kind.
+template <class Batch>
+struct ShapeOf {
+  using Layout = core::ChainLayout;
+  using Output = ChainOutput;
+};
+template <class Prob>
+struct ShapeOf<TreeBatch<Prob>> {
+  using Layout = core::TreeLayout;
+  using Output = TreeOutput;
+};
+
 template <class Batch>
 struct LogitsOf {
   using type = void;  // rows of probabilities
@@ -344,8 +444,12 @@ struct LogitsOf<LogitsChainBatch<Logit>> {
 /// A sharded verify of one chain batch on one rank: of probability rows (ChainBatch<float>), or
 /// of logits (LogitsChainBatch), whose slices LogitSlices reads as probability rows.
 template <class Arch, class Rule, class Comm, class Batch>
-class ChainVerify {
+class ShardedVerify {
   using traits = rule_traits<Rule>;
+  using Layout = typename ShapeOf<Batch>::Layout;
+  using Output = typename ShapeOf<Batch>::Output;
+  static constexpr bool kTree = std::is_same_v<Layout, core::TreeLayout>;
+  static constexpr core::Place kPlace = kTree ? core::Place::node : core::Place::position;  // a fault's
   static constexpr bool kCoupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
   // Block and Traversal: on a chain both read the masses Z_i = sum max(s P_i - Q_i, 0) at nodes
   // 1 .. k - 1 (Traversal's root never asks: |R| = 1 passes) and draw from max(s P - Q, 0).
@@ -356,12 +460,12 @@ class ChainVerify {
   using Logits = std::conditional_t<kLogits, LogitSlices<Arch, Logit>, NoLogits>;
 
  public:
-  ChainVerify(const Rule& rule, const Batch& batch, const Randomness& randomness, const Comm& comm)
-      : rule_(rule), batch_(batch), randomness_(randomness), comm_(comm), layout_(core::ChainLayout::of(batch)),
+  ShardedVerify(const Rule& rule, const Batch& batch, const Randomness& randomness, const Comm& comm)
+      : rule_(rule), batch_(batch), randomness_(randomness), comm_(comm), layout_(Layout::of(batch)),
         logits_(make_logits(batch, layout_)) {}
 
   /// Phase 1: every rank learns every slice, or every rank throws the lowest rank's finding.
-  void agree(const ChainOutput& out, const CpuOptions& options) {
+  void agree(const Output& out, const CpuOptions& options) {
     Header h;
     const VocabShard& s = batch_.shard;
     h.rank = s.rank;
@@ -377,8 +481,11 @@ class ChainVerify {
       whole.shard = {};
       whole.target_stride = 0;
       // An empty slice's null rows say nothing of the draft rows the other ranks pass (its has_q
-      // is ignored below): Traversal, which needs draft rows, leaves their check to those ranks.
-      const bool draft_rows_unknown = h.size == 0 && !h.has_q && traits::joint == Joint::traversal;
+      // is ignored below): Traversal and trees of sampled children, which need draft rows, leave
+      // their check to those ranks.
+      bool needs_q = traits::joint == Joint::traversal;
+      if constexpr (kTree) needs_q = needs_q || batch_.drafted != Drafted::deterministic;
+      const bool draft_rows_unknown = h.size == 0 && !h.has_q && needs_q;
       if constexpr (kLogits) {
         static const Logit placeholder{};  // validation reads no row; an empty slice may pass null
         if (!logits_.whole_drafts()) whole.draft_stride = 0;
@@ -446,9 +553,9 @@ class ChainVerify {
     }
   }
 
-  VerifyStats run(const ChainOutput& output) {
+  VerifyStats run(const Output& output) {
     const std::int32_t B = batch_.batch_size;
-    const std::int64_t slots = std::int64_t{batch_.draft_offsets[B]} + B;
+    const std::int64_t slots = std::int64_t{layout_.offsets[B]} + B;
     if constexpr (kLogits) {
       std::vector<std::int32_t> sizes;
       for (const Header& h : headers_) sizes.push_back(h.size);
@@ -463,22 +570,18 @@ class ChainVerify {
     std::vector<float> staged(out.logprobs ? std::size_t(B) * std::size_t(out.row_width) : 0);
     results_.assign(static_cast<std::size_t>(B), {});
     pending_.assign(static_cast<std::size_t>(B), {});
-    Source source{has_q_, known_max()};
+    Source source{has_q_, known_max(), kTree};
     if constexpr (kJoint) block_phases(source);
-    for (std::int32_t b = 0; b < B; ++b) {
-      Rows rows{&nodes_, &pending_[b], kLogits, &masses_};
-      results_[b] = core::walk(rule_, layout_, source, randomness_, b, rows, stage(staged, out, b));
-      settle(b);
-    }
+    walk_all(source, staged, out);
     draw_phases(staged, out);
     for (std::int32_t b = 0; b < B; ++b) {
       core::Fault f = results_[b].fault;
       if (f.kind == core::FaultKind::none) continue;
       if constexpr (kLogits) {  // a bad logit: named by the first rank holding one in that row
         if (f.kind == core::FaultKind::bad_value) core::raise(logits_.bad_row().finding);
-        core::raise(core::detail::logits_fault_finding(f, b, core::Place::position));
+        core::raise(core::detail::logits_fault_finding(f, b, kPlace));
       }
-      core::raise(core::from_fault(f, b, core::Place::position));
+      core::raise(core::from_fault(f, b, kPlace));
     }
     VerifyStats total;
     for (std::int32_t b = 0; b < B; ++b) {
@@ -513,7 +616,7 @@ class ChainVerify {
     }
   }
 
-  static Logits make_logits(const Batch& batch, const core::ChainLayout& layout) {
+  static Logits make_logits(const Batch& batch, const Layout& layout) {
     if constexpr (kLogits) {
       return Logits(batch, layout);
     } else {
@@ -533,17 +636,22 @@ class ChainVerify {
     else return false;
   }
   const float* known_max() const {
-    if constexpr (kLogits) return nullptr;
+    if constexpr (kLogits || kTree) return nullptr;  // (trees: TreeBatch has no target_row_max)
     else return batch_.target_row_max;
   }
 
-  std::uint64_t digest(const ChainOutput& out) const {
+  std::uint64_t digest(const Output& out) const {
     Digest d;
     const std::int32_t shape[4] = {batch_.batch_size, batch_.vocab_size, out.row_width, batch_.shard.ranks};
     d.add(shape, 4);
     if (batch_.batch_size > 0) {
-      d.add(batch_.draft_offsets, batch_.batch_size + 1);
-      d.add(batch_.draft_tokens, batch_.draft_offsets[batch_.batch_size]);
+      d.add(layout_.offsets, batch_.batch_size + 1);
+      d.add(batch_.draft_tokens, layout_.offsets[batch_.batch_size]);
+      if constexpr (kTree) {
+        d.add(batch_.parents, layout_.offsets[batch_.batch_size]);
+        const std::int32_t drafted = static_cast<std::int32_t>(batch_.drafted);
+        d.add(&drafted, 1);
+      }
       if constexpr (kLogits) digest_logits(d);
     }
     return d.value();
@@ -600,13 +708,57 @@ class ChainVerify {
       return size_ > 0 ? batch_.draft_probs + draft * stride : nullptr;
     }
   }
+  /// p(x) and q(x) of child c of the node whose row of p is `slot`, x held by this slice.
+  Child child_values(std::int32_t b, std::int64_t slot, std::int32_t c) {
+    const std::int32_t x = layout_.token(b, c);
+    Child v{x};
+    if constexpr (kLogits) {
+      v.p = logits_.target_value(slot, x);
+      if (has_q_) v.q = logits_.draft_value(layout_.draft_row(b, c), x);
+    } else {
+      v.p = p_row(slot)[x - start_];
+      if (const float* q = q_row(layout_.draft_row(b, c))) v.q = q[x - start_];
+    }
+    return v;
+  }
   bool holds(std::int32_t token) const { return token >= start_ && token - start_ < size_; }
 
-  /// The sequence and depth of each slot, in slot order.
+  /// Every slot (a node's row of p, the root's first) in slot order: its sequence, its depth (the
+  /// walk's, where it reads that row) and its first child (-1: none, the bonus row).
   template <class Fn>
   void for_nodes(Fn fn) const {
-    for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
-      for (std::int32_t d = 0; d <= layout_.count(b); ++d) fn(b, d, layout_.target_row(b, d - 1));
+    for (std::int32_t b = 0; b < batch_.batch_size; ++b) for_nodes_of(b, [&](auto... a) { fn(b, a...); });
+  }
+  template <class Fn>
+  void for_nodes_of(std::int32_t b, Fn fn) const {
+    if constexpr (kTree) {
+      depth_.assign(static_cast<std::size_t>(layout_.count(b)) + 1, 0);
+      for (std::int32_t node = -1; node < layout_.count(b); ++node) {
+        const std::int32_t d = node < 0 ? 0 : depth_[static_cast<std::size_t>(layout_.parent(b, node) + 1)] + 1;
+        depth_[static_cast<std::size_t>(node + 1)] = d;
+        fn(d, layout_.target_row(b, node), layout_.child(b, node, -1));
+      }
+    } else {
+      for (std::int32_t d = 0; d <= layout_.count(b); ++d) {
+        fn(d, layout_.target_row(b, d - 1), d < layout_.count(b) ? d : -1);
+      }
+    }
+  }
+  /// A tree node's children after its first, in slot order (their p(x) and q(x) cross ranks after
+  /// the slots' summaries): sequence, the parent's slot, the child.
+  template <class Fn>
+  void for_later_children(Fn fn) const {
+    if constexpr (kTree) {
+      for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
+        for (std::int32_t node = -1; node < layout_.count(b); ++node) {
+          const std::int32_t first = layout_.child(b, node, -1);
+          for (std::int32_t c = first < 0 ? -1 : layout_.child(b, node, first); c >= 0; c = layout_.child(b, node, c)) {
+            fn(b, layout_.target_row(b, node), c);
+          }
+        }
+      }
+    } else {
+      (void)fn;
     }
   }
 
@@ -647,24 +799,20 @@ class ChainVerify {
     const NodeFields fields = this->fields();
     const bool want_max = fields.max;
     Message m;
-    for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot) {
+    for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot, std::int32_t c) {
       NodeSlice n;
-      const bool child = d < layout_.count(b);
-      const std::int32_t x = child ? layout_.token(b, d) : -1;
+      const bool child = c >= 0;
+      const std::int32_t x = child ? layout_.token(b, c) : -1;
       // Rows of logits are materialised only for the sums over the slice; p(x) and q(x) alone
       // are one element each.
       const bool dense = !kLogits || need.entropy || (need.divergence && has_q_);
       const float* p = dense ? p_row(slot) : nullptr;
-      const float* q = dense && child ? q_row(layout_.draft_row(b, d)) : nullptr;
+      const float* q = dense && child ? q_row(layout_.draft_row(b, c)) : nullptr;
       if (size_ > 0) {
         if (child && holds(x)) {
-          if constexpr (kLogits) {
-            n.p_x = logits_.target_value(slot, x);
-            if (has_q_) n.q_x = logits_.draft_value(layout_.draft_row(b, d), x);
-          } else {
-            n.p_x = p[x - start_];
-            if (q) n.q_x = q[x - start_];
-          }
+          const Child v = child_values(b, slot, c);
+          n.p_x = v.p;
+          n.q_x = v.q;
         }
         bool p_ok = true, q_ok = true;
         if (want_max) {
@@ -709,17 +857,28 @@ class ChainVerify {
       }
       fields.put(m, n);
     });
+    for_later_children([&](std::int32_t b, std::int64_t slot, std::int32_t c) {
+      const std::int32_t x = layout_.token(b, c);
+      m.put(size_ > 0 && holds(x) ? child_values(b, slot, c) : Child{x});
+    });
     const auto all = gather(comm_, m, ranks());
     nodes_.assign(static_cast<std::size_t>(slots), {});
+    children_.clear();
+    for_later_children([&](std::int32_t b, std::int64_t slot, std::int32_t c) {
+      Node& node = nodes_[static_cast<std::size_t>(slot)];
+      if (node.later_children == 0) node.first_later = static_cast<std::int32_t>(children_.size());
+      ++node.later_children;
+      children_.push_back({layout_.token(b, c)});
+    });
     for (std::int32_t r = 0; r < ranks(); ++r) {
       Reader in(all.data() + std::size_t(r) * m.size());
       const Header& o = headers_[r];
-      for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot) {
+      const auto held = [&](std::int32_t x) { return x >= o.start && x - o.start < o.size; };
+      for_nodes([&](std::int32_t b, std::int32_t, std::int64_t slot, std::int32_t c) {
         const NodeSlice n = fields.get(in);
         Node& node = nodes_[static_cast<std::size_t>(slot)];
-        const bool child = d < layout_.count(b);
         if (r == 0) {
-          node.x = child ? layout_.token(b, d) : -1;
+          node.x = c >= 0 ? layout_.token(b, c) : -1;
           node.entropy = n.entropy.sum(1.0);
           node.divergence = n.divergence.sum(1.0);
           node.after = n.after.sum(1.0);
@@ -730,7 +889,7 @@ class ChainVerify {
           node.after.merge(n.after.sum(1.0));
           node.coupled.merge(n.coupled);
         }
-        if (node.x >= o.start && node.x - o.start < o.size) {
+        if (held(node.x)) {
           node.p_x = n.p_x;
           node.q_x = n.q_x;
         }
@@ -742,16 +901,20 @@ class ChainVerify {
         node.p_bad.merge(n.p_bad);
         node.q_bad.merge(n.q_bad);
       });
+      for (Child& child : children_) {
+        const Child v = in.get<Child>();
+        if (held(child.token)) child = v;
+      }
     }
     if constexpr (kLogits) {
-      for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot) {
+      for_nodes([&](std::int32_t b, std::int32_t, std::int64_t slot, std::int32_t c) {
         Node& node = nodes_[static_cast<std::size_t>(slot)];
         const MergedView& p = logits_.target(slot);
         node.max = p.max_p();
         node.argmax = p.argmax;
         node.max_ok = node.p_ok = p.ok;
-        if (has_q_ && d < layout_.count(b)) {
-          const MergedView& q = logits_.draft(layout_.draft_row(b, d));
+        if (has_q_ && c >= 0) {
+          const MergedView& q = logits_.draft(layout_.draft_row(b, c));
           node.q_ok = q.ok;
           node.q_mass = q.has_mass();
         }
@@ -771,12 +934,12 @@ class ChainVerify {
     };
     const auto needs = [&](const detail::TermSum& t, std::int64_t n) { return t.ok && !core::fixed_fits(t.max_term, n); };
     Message m;
-    for_nodes([&](std::int32_t b, std::int32_t d, std::int64_t slot) {
+    for_nodes([&](std::int32_t b, std::int32_t, std::int64_t slot, std::int32_t c) {
       const Node& n = nodes_[static_cast<std::size_t>(slot)];
       const auto len = lengths(n);
-      const bool child = d < layout_.count(b);
+      const bool child = c >= 0;
       const float* p = p_row(slot);
-      const float* q = child ? q_row(layout_.draft_row(b, d)) : nullptr;
+      const float* q = child ? q_row(layout_.draft_row(b, c)) : nullptr;
       TermWire e, dv, af;
       if (size_ > 0 && need.entropy && needs(n.entropy, len[0])) {
         e = TermWire::of(detail::sum_terms_at<Arch>(p, nullptr, size_, detail::EntropyTerm{},
@@ -804,7 +967,7 @@ class ChainVerify {
     std::vector<Node> before = nodes_;
     for (std::int32_t r = 0; r < ranks(); ++r) {
       Reader in(all.data() + std::size_t(r) * m.size());
-      for_nodes([&](std::int32_t, std::int32_t, std::int64_t slot) {
+      for_nodes([&](std::int32_t, std::int32_t, std::int64_t slot, std::int32_t) {
         const Node& was = before[static_cast<std::size_t>(slot)];
         Node& node = nodes_[static_cast<std::size_t>(slot)];
         const auto len = lengths(was);
@@ -837,21 +1000,31 @@ class ChainVerify {
     PendingDraw& pd = pending_[b];
     const std::int64_t base = layout_.target_row(b, -1);
     const std::int32_t limit = traits::cut(rule_, layout_.first(b), layout_.count(b));
+    // A row's fault names the child the walk tests there, or at the bonus row the node itself.
+    const auto named_node = [&](std::int64_t slot, std::int32_t c) { return c >= 0 ? c : static_cast<std::int32_t>(slot - base) - 1; };
+    bool found = false;
     if constexpr (kLogits) {  // a bad logit in any of the sequence's rows comes first (run() names it)
-      for (std::int32_t d = 0; d <= layout_.count(b); ++d) {
-        const Node& n = nodes_[static_cast<std::size_t>(base + d)];
-        if (n.p_ok && n.q_ok) continue;
+      for_nodes_of(b, [&](std::int32_t d, std::int64_t slot, std::int32_t c) {
+        const Node& n = nodes_[static_cast<std::size_t>(slot)];
+        if (found || (n.p_ok && n.q_ok)) return;
+        found = true;
         const bool p_bad = !n.p_ok;
-        r.fault = core::Fault{core::FaultKind::bad_value, d, d < layout_.count(b) ? d : d - 1, p_bad ? base + d : -1,
-                              p_bad ? -1 : layout_.draft_row(b, d)};
+        r.fault = core::Fault{core::FaultKind::bad_value, d, named_node(slot, c), p_bad ? slot : -1,
+                              p_bad ? -1 : layout_.draft_row(b, c)};
+      });
+      if (found) {
         pd.active = false;
         return;
       }
     }
     if (r.fault.kind == core::FaultKind::bad_value && r.fault.column < 0) {
-      const auto slot = static_cast<std::size_t>(base + r.fault.position);
+      const std::int64_t row = r.fault.target_row >= 0 ? r.fault.target_row : r.fault.draft_row;
+      const auto slot = static_cast<std::size_t>(r.fault.target_row >= 0 || kTree ? row : row + b);
+      const std::vector<BlockMass>& known = known_[static_cast<std::size_t>(b)];
       if (kJoint && !masses_[slot].ok) {  // a Z_i's pass met it
         name(r.fault, masses_[slot].p_bad, masses_[slot].q_bad);
+      } else if (!known.empty() && !known.back().ok) {  // a tree residual's mass met it
+        name(r.fault, known.back().p_bad, known.back().q_bad);
       } else {
         name(r.fault, nodes_[slot].p_bad, nodes_[slot].q_bad);
       }
@@ -860,20 +1033,25 @@ class ChainVerify {
       pd.active = false;
       return;
     }
-    for (std::int32_t d = 0; d <= layout_.count(b); ++d) {
-      const Node& n = nodes_[static_cast<std::size_t>(base + d)];
-      if (n.p_bad.token < 0 && n.q_bad.token < 0) continue;
-      r.fault = core::Fault{core::FaultKind::bad_value, d, d < layout_.count(b) ? d : d - 1, base + d, -1};
+    for_nodes_of(b, [&](std::int32_t d, std::int64_t slot, std::int32_t c) {
+      const Node& n = nodes_[static_cast<std::size_t>(slot)];
+      if (found || (n.p_bad.token < 0 && n.q_bad.token < 0)) return;
+      found = true;
+      r.fault = core::Fault{core::FaultKind::bad_value, d, named_node(slot, c), slot, -1};
       name(r.fault, n.p_bad, n.q_bad);
+    });
+    if (found) {
       pd.active = false;
       return;
     }
     if (!pd.active) return;
-    pd.depth = static_cast<std::int32_t>(pd.slot - base);
-    const bool bonus = pd.depth == std::min(limit, layout_.count(b));
-    pd.node = bonus ? pd.depth - 1 : pd.depth;
+    const std::int32_t node = static_cast<std::int32_t>(pd.slot - base) - 1;
+    std::int32_t last = -1;  // the last child the walk tested at the draw's row (-1: the bonus row)
+    for (std::int32_t c = layout_.child(b, node, -1); c >= 0 && c < limit; c = layout_.child(b, node, c)) last = c;
+    pd.depth = kTree ? r.accepted : node + 1;
+    pd.node = last >= 0 ? last : node;
     pd.p_row = pd.slot;
-    pd.q_row = pd.residual && has_q_ ? layout_.draft_row(b, pd.depth) : -1;
+    pd.q_row = pd.residual && has_q_ ? layout_.draft_row(b, kTree ? last : pd.depth) : -1;
   }
 
   /// A row-level fault named by the first bad value its passes met: p's, else q's.
@@ -899,10 +1077,39 @@ class ChainVerify {
     return r;
   }
 
+  /// A token as an index into this slice: one this slice does not hold becomes size_, which no
+  /// index of the slice matches (never kNoToken).
+  std::int32_t local(std::int32_t token) const { return holds(token) ? token - start_ : size_; }
+
+  /// Calls `f` with a pass over this slice's weights of a tree residual after rejecting `current`
+  /// (kNoToken: the residual itself). A tree's draft rows are indexed like its slots.
+  template <class F>
+  auto with_state(const ResidualState& s, std::int32_t current, F f) {
+    core::Residual<const float*> r;
+    r.p = s.p.draft ? q_row(s.p.slot) : p_row(s.p.slot);
+    r.q = s.has_q ? q_row(s.q.slot) : nullptr;
+    r.p_scale = s.p_scale;
+    r.has_q = s.has_q;
+    r.drafted = s.drafted;
+    r.steps = static_cast<std::int32_t>(s.tokens.size());
+    r.siblings = slice_room_.siblings(r.steps + 1);
+    for (std::int32_t i = 0; i < r.steps; ++i) {
+      r.siblings.token[i] = local(s.tokens[static_cast<std::size_t>(i)]);
+      r.siblings.scale[i] = s.scale[static_cast<std::size_t>(i)];
+      r.siblings.inv_mass[i] = s.inv_mass[static_cast<std::size_t>(i)];
+    }
+    r.removed = s.removed;
+    r.q_total = s.q_total;
+    detail::ResidualPass<Arch, const float*> pass{
+        detail::ResidualLanes<Arch, const float*>(r, current < 0 ? current : local(current), size_)};
+    return f(pass);
+  }
+
   /// Calls `f` with a pass over this slice's weights (cpu/draw.hpp: the vectors', one weight's,
-  /// and the bound's functor) of pd's residual, or of p.
+  /// and the bound's functor) of pd's residual, or of p (a tree residual's fallback: itself).
   template <class F>
   auto with_pass(const PendingDraw& pd, bool residual, F f) {
+    if (pd.absorbed) return with_state(pd.state, residual ? pd.state.x : kNoToken, f);
     const float* p = p_row(pd.slot);
     if (residual && pd.p_scale != 1.0) {
       // Any draft token stands for the rejected one: a sampled draft's q is q at every token.
@@ -926,96 +1133,191 @@ class ChainVerify {
   }
 
   /// The block phases (Block with draft rows, Traversal): the masses Z_i their walk may read.
-  /// A first walk records them (Rows::mass); each slice sums them at scale 1 and again at the
-  /// scale the whole row's bound gives where that leaves FixedSum's domain, as
-  /// cpu::residual_mass does over a whole row. Every position of every chain sends one, asked or
-  /// not, so the bytes depend on the shape alone.
+  /// A first walk records them (Rows::mass); gather_masses sums them. Every position of every
+  /// chain sends one, asked or not, so the bytes depend on the shape alone.
   void block_phases(const Source& source) {
     masses_.assign(nodes_.size(), {});
     if (!has_q_) return;  // one-hot drafts: every Z_i in closed form
     for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
       PendingDraw ignored;
-      Rows rows{&nodes_, &ignored, kLogits, &masses_, true};
+      Rows rows = rows_for(&ignored);
+      rows.recording = true;
       core::walk(rule_, layout_, source, randomness_, b, rows, nullptr);
     }
     // Z_i's node: P_i's (i = 1 .. k - 1), its q row Q_i's.
-    const auto for_masses = [&](auto fn) {
-      for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
-        for (std::int32_t i = 1; i < layout_.count(b); ++i) {
-          fn(static_cast<std::size_t>(layout_.target_row(b, i - 1)), layout_.draft_row(b, i));
-        }
+    std::vector<std::pair<std::size_t, std::int64_t>> at;
+    for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
+      for (std::int32_t i = 1; i < layout_.count(b); ++i) {
+        at.emplace_back(static_cast<std::size_t>(layout_.target_row(b, i - 1)), layout_.draft_row(b, i));
       }
-    };
+    }
     // Z_i is the mass of the residual a draw after a pass at i would take: the same pass.
-    const auto slice_sum = [&](std::size_t slot, std::int64_t q, double scale, Checked<double>& bound) {
-      PendingDraw z;
-      z.slot = static_cast<std::int64_t>(slot);
-      z.q_row = q;
-      z.p_scale = masses_[slot].p_scale;
-      ChunkSums sums;
-      bound = slice_sums(z, true, scale, sums);
-      return sums.total;
-    };
+    const auto z = gather_masses(
+        at.size(), [&](std::size_t k) { return masses_[at[k].first].p_scale > 0.0; },
+        [&](std::size_t k, double scale, ChunkSums& sums) {
+          PendingDraw pd;
+          pd.slot = static_cast<std::int64_t>(at[k].first);
+          pd.q_row = at[k].second;
+          pd.p_scale = masses_[at[k].first].p_scale;
+          return slice_sums(pd, true, scale, sums);
+        },
+        [&](std::size_t k, MassSlice& s) {
+          s.p_bad = first_bad(p_row(static_cast<std::int64_t>(at[k].first)), size_, start_);
+          s.q_bad = first_bad(q_row(at[k].second), size_, start_);
+        });
+    for (std::size_t k = 0; k < at.size(); ++k) {
+      BlockMass& m = masses_[at[k].first];
+      const double p_scale = m.p_scale;
+      m = z[k];
+      m.p_scale = p_scale;
+    }
+  }
+
+  /// Masses of residuals over the whole rows from each slice's part, as cpu::residual_mass sums a
+  /// whole row: at scale 1 with each slice's bound, then again at the scale the whole row's bound
+  /// gives where that leaves FixedSum's domain. `asked(k)`: whether residual k is wanted;
+  /// `sum(k, scale, sums)`: its chunk sums over this slice and the slice's bound; `bad(k, slice)`:
+  /// the first bad values of its rows. Two calls, each `count` parts whether asked or not.
+  template <class Asked, class Sum, class Bad>
+  std::vector<BlockMass> gather_masses(std::size_t count, Asked asked, Sum sum, Bad bad) {
     Message m;
-    for_masses([&](std::size_t slot, std::int64_t q) {
+    for (std::size_t k = 0; k < count; ++k) {
       MassSlice s;
-      if (masses_[slot].p_scale > 0.0 && size_ > 0) {
-        Checked<double> bound;
-        s.sum = slice_sum(slot, q, 1.0, bound);
+      if (asked(k) && size_ > 0) {
+        ChunkSums sums;
+        const Checked<double> bound = sum(k, 1.0, sums);
+        s.sum = sums.total;
         s.bound = bound.value;
         if (!bound.ok) {
           s.ok = 0;
-          s.p_bad = first_bad(p_row(std::int64_t(slot)), size_, start_);
-          s.q_bad = first_bad(q_row(q), size_, start_);
+          bad(k, s);
         }
       }
       m.put(s);
-    });
+    }
     const auto all = gather(comm_, m, ranks());
-    std::vector<MassSlice> merged(masses_.size());
+    std::vector<MassSlice> merged(count);
     for (std::int32_t r = 0; r < ranks(); ++r) {
       Reader in(all.data() + std::size_t(r) * m.size());
-      for_masses([&](std::size_t slot, std::int64_t) {
+      for (MassSlice& t : merged) {
         const MassSlice s = in.get<MassSlice>();
-        MassSlice& t = merged[slot];
         t.sum.merge(s.sum);
         t.bound = std::max(t.bound, s.bound);
         t.ok = t.ok && s.ok;
         t.p_bad.merge(s.p_bad);
         t.q_bad.merge(s.q_bad);
-      });
+      }
     }
     const std::int64_t V = batch_.vocab_size;
-    const auto rescaled = [&](std::size_t slot) {
-      return masses_[slot].p_scale > 0.0 && merged[slot].ok && !core::fixed_in_domain(merged[slot].bound, V);
-    };
+    const auto rescaled = [&](std::size_t k) { return asked(k) && merged[k].ok && !core::fixed_in_domain(merged[k].bound, V); };
     Message m2;
-    for_masses([&](std::size_t slot, std::int64_t q) {
-      core::FixedSum s;
-      if (rescaled(slot) && size_ > 0) {
-        Checked<double> bound;
-        s = slice_sum(slot, q, core::fixed_scale(merged[slot].bound, V), bound);
-      }
-      m2.put(s);
-    });
+    for (std::size_t k = 0; k < count; ++k) {
+      ChunkSums sums;
+      if (rescaled(k) && size_ > 0) sum(k, core::fixed_scale(merged[k].bound, V), sums);
+      m2.put(sums.total);
+    }
     const auto all2 = gather(comm_, m2, ranks());
     for (std::int32_t r = 0; r < ranks(); ++r) {
       Reader in(all2.data() + std::size_t(r) * m2.size());
-      for_masses([&](std::size_t slot, std::int64_t) {
+      for (std::size_t k = 0; k < count; ++k) {
         const core::FixedSum s = in.get<core::FixedSum>();
-        if (!rescaled(slot)) return;
-        if (r == 0) merged[slot].sum = {};
-        merged[slot].sum.merge(s);
-      });
+        if (!rescaled(k)) continue;
+        if (r == 0) merged[k].sum = {};
+        merged[k].sum.merge(s);
+      }
     }
-    for_masses([&](std::size_t slot, std::int64_t) {
-      BlockMass& z = masses_[slot];
-      const MassSlice& t = merged[slot];
-      z.ok = t.ok;
-      z.p_bad = t.p_bad;
-      z.q_bad = t.q_bad;
-      z.z = !t.ok ? 0.0 : rescaled(slot) ? t.sum.value() / core::fixed_scale(t.bound, V) : t.sum.value();
-    });
+    std::vector<BlockMass> z(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      const MassSlice& t = merged[k];
+      z[k].ok = t.ok;
+      z[k].p_bad = t.p_bad;
+      z[k].q_bad = t.q_bad;
+      z[k].z = !t.ok ? 0.0 : rescaled(k) ? t.sum.value() / core::fixed_scale(t.bound, V) : t.sum.value();
+    }
+    return z;
+  }
+
+  /// The walk's rows over the merged summaries, leaving its draw in `pending`.
+  Rows rows_for(PendingDraw* pending) {
+    Rows rows{&nodes_, pending, kLogits, &masses_};
+    rows.children = &children_;
+    rows.room = &walk_room_;
+    return rows;
+  }
+
+  /// Walks every sequence over the merged summaries. A tree's walk may ask for the masses of what
+  /// is left of p after rejected siblings, one after another: each round sums the masses the walks
+  /// asked (one per sequence) and walks those sequences again, for as many rounds as the trees'
+  /// shapes allow masses on one path (tree_rounds), asked or not, so the calls are the shape's.
+  void walk_all(const Source& source, std::vector<float>& staged, const core::OutputRows& out) {
+    const std::int32_t B = batch_.batch_size;
+    const auto size = static_cast<std::size_t>(B);
+    known_.assign(size, {});
+    std::vector<char> done(size, 0), asked(size, 0);
+    std::vector<ResidualState> asks(size);
+    const std::int32_t rounds = tree_rounds();
+    for (std::int32_t round = 0;; ++round) {
+      for (std::int32_t b = 0; b < B; ++b) {
+        if (done[b]) continue;
+        pending_[b] = {};
+        Rows rows = rows_for(&pending_[b]);
+        if (kTree) {
+          rows.known = &known_[b];
+          rows.ask = &asks[b];
+        }
+        results_[b] = core::walk(rule_, layout_, source, randomness_, b, rows, stage(staged, out, b));
+        asked[b] = rows.asked;
+        if (rows.asked) continue;
+        done[b] = 1;
+        settle(b);
+      }
+      if (round == rounds) break;
+      const auto z = gather_masses(
+          size, [&](std::size_t b) { return asked[b] != 0; },
+          [&](std::size_t b, double scale, ChunkSums& sums) {
+            return with_state(asks[b], asks[b].x, [&](auto& pass) {
+              sum_chunks<Arch>(pass, pass, size_, scale, sums);
+              return pass.check();
+            });
+          },
+          [&](std::size_t b, MassSlice& s) {
+            const ResidualState& a = asks[b];
+            (a.p.draft ? s.q_bad : s.p_bad) = first_bad(a.p.draft ? q_row(a.p.slot) : p_row(a.p.slot), size_, start_);
+            if (a.has_q) s.q_bad = first_bad(q_row(a.q.slot), size_, start_);
+          });
+      for (std::size_t b = 0; b < size; ++b) {
+        if (asked[b]) known_[b].push_back(z[b]);
+      }
+    }
+    if (std::find(done.begin(), done.end(), 0) != done.end()) {
+      throw std::logic_error("specverify: a sharded tree walk asked for more masses than its shape allows");
+    }
+  }
+
+  /// The most masses one walk of a tree may ask for (0 for chains): on a path, each node's
+  /// rejected children but the last, and without replacement its q row's total at the first.
+  std::int32_t tree_rounds() const {
+    if constexpr (!kTree || traits::on_reject != Draw::residual) {
+      return 0;
+    } else {
+      const bool without = has_q_ && batch_.drafted == Drafted::sampled_without_replacement;
+      std::int32_t most = 0;
+      std::vector<std::int32_t> upto;
+      for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
+        const std::int32_t n = layout_.count(b);
+        std::vector<std::int32_t> children(static_cast<std::size_t>(n) + 1, 0);
+        for (std::int32_t i = 0; i < n; ++i) ++children[static_cast<std::size_t>(layout_.parent(b, i) + 1)];
+        upto.assign(static_cast<std::size_t>(n) + 1, 0);
+        for (std::int32_t node = -1; node < n; ++node) {
+          const std::int32_t k = children[static_cast<std::size_t>(node + 1)];
+          const std::int32_t own = k > 1 ? k - 1 + (without ? 1 : 0) : 0;
+          const std::int32_t above = node < 0 ? 0 : upto[static_cast<std::size_t>(layout_.parent(b, node) + 1)];
+          upto[static_cast<std::size_t>(node + 1)] = above + own;
+          most = std::max(most, above + own);
+        }
+      }
+      return most;
+    }
   }
 
   /// Phases 4 to 6: the pending draws.
@@ -1036,8 +1338,8 @@ class ChainVerify {
           (residual ? ds.residual_bound : ds.target_bound) = bound.value;
           if (!bound.ok) {
             ds.ok = 0;
-            ds.bad = first_bad(p_row(pd.slot), size_, start_);
-            if (ds.bad.token < 0 && pd.residual && has_q_) ds.bad = first_bad(q_row(pd.q_row), size_, start_);
+            ds.p_bad = first_bad(p_row(pd.slot), size_, start_);
+            if (pd.residual && has_q_) ds.q_bad = first_bad(q_row(pd.q_row), size_, start_);
           }
         }
       }
@@ -1055,7 +1357,8 @@ class ChainVerify {
         t.residual_bound = std::max(t.residual_bound, ds.residual_bound);
         t.target_bound = std::max(t.target_bound, ds.target_bound);
         t.ok = t.ok && ds.ok;
-        if (ds.bad.token >= 0 && t.bad.token < 0) t.bad = ds.bad;
+        t.p_bad.merge(ds.p_bad);
+        t.q_bad.merge(ds.q_bad);
       }
     }
     // Phase 5: rows whose bound leaves the domain, summed again at the whole row's scale; every
@@ -1127,8 +1430,8 @@ class ChainVerify {
       if (!pd.active) continue;
       core::WalkResult& r = results_[b];
       if (!merged[b].ok) {
-        r.fault = core::Fault{core::FaultKind::bad_value, pd.depth, pd.node, pd.p_row, pd.q_row,
-                              merged[b].bad.token, merged[b].bad.value};
+        r.fault = core::Fault{core::FaultKind::bad_value, pd.depth, pd.node, pd.p_row, pd.q_row};
+        name(r.fault, merged[b].p_bad, merged[b].q_bad);
         continue;
       }
       Drawn drawn;
@@ -1152,7 +1455,7 @@ class ChainVerify {
   const Batch& batch_;
   const Randomness& randomness_;
   const Comm& comm_;
-  core::ChainLayout layout_;
+  Layout layout_;
   std::vector<Header> headers_;
   std::int32_t start_ = 0, size_ = 0;
   bool has_q_ = false;
@@ -1160,6 +1463,10 @@ class ChainVerify {
   std::vector<core::WalkResult> results_;
   std::vector<PendingDraw> pending_;
   std::vector<BlockMass> masses_;  // a joint walk's, by node
+  std::vector<std::vector<BlockMass>> known_;  // a tree walk's masses, by sequence, as it asks them
+  std::vector<Child> children_;    // trees: the later children's p(x) and q(x), by slot
+  SiblingRoom walk_room_, slice_room_;  // the walk's absorbed siblings; a tree residual's over the slice
+  mutable std::vector<std::int32_t> depth_;  // for_nodes_of's, by node
   Logits logits_;
   std::vector<float> p_buffer_, q_buffer_;  // rows of logits: a node's p and q over the slice
   std::int64_t p_buffered_ = -1, q_buffered_ = -1;  // the rows they hold
@@ -1180,7 +1487,24 @@ template <class Rule, class Comm,
           class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
 VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
-  cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm, ChainBatch<float>> v(rule, batch, randomness, comm);
+  cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, ChainBatch<float>> v(rule, batch, randomness, comm);
+  v.agree(out, options);
+  if (batch.batch_size == 0) return {};
+  return v.run(out);
+}
+
+/// Verifies this rank's slice of a sharded tree batch (rows of probabilities), as above; a node's
+/// residual after rejected siblings costs two calls per mass a path may ask for (README).
+template <class Rule, class Comm,
+          class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
+VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Randomness& randomness,
+                   const TreeOutput& out, const Comm& comm, const CpuOptions& options = {}) {
+  static_assert(!specverify::detail::has_cut<Rule>::value,
+                "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
+  static_assert(rule_traits<Rule>::joint == Joint::none,
+                "the sharded verify walks trees with per-draft rules so far: Traversal over a sharded tree is not "
+                "supported yet (Block has no tree form)");
+  cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, TreeBatch<float>> v(rule, batch, randomness, comm);
   v.agree(out, options);
   if (batch.batch_size == 0) return {};
   return v.run(out);
@@ -1194,7 +1518,7 @@ template <class Rule, class Logit, class Comm,
 VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
   static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
-  cpu::shard::ChainVerify<cpu::DefaultArch, Rule, Comm, LogitsChainBatch<Logit>> v(rule, batch, randomness, comm);
+  cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, LogitsChainBatch<Logit>> v(rule, batch, randomness, comm);
   v.agree(out, options);
   if (batch.batch_size == 0) return {};
   return v.run(out);

@@ -1,0 +1,308 @@
+// The sharded verify of trees (API.md "Sharded vocabulary") against the unsharded one: every rank's
+// outputs bit for bit those of verify() on the whole rows, for every per-draft rule and every way
+// the children were drafted, ranks 1 to 8 with uneven and empty slices; what is left of p after
+// rejected siblings (its masses, summed over the slices round by round) where it decides; calls and
+// bytes set by the trees' shapes alone; bad values anywhere reported as the unsharded verify does.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "specverify/specverify.hpp"
+#include "specverify/thread_communicator.hpp"
+#include "support/sharded_chains.hpp"
+#include "support/trees.hpp"
+
+namespace sv = specverify;
+
+namespace {
+
+using sv::testing::Trees;
+using sv::testing::sharded::random_bounds;
+using sv::testing::sharded::slice_rows;
+
+/// Everything a tree verify returns or writes.
+struct Outcome {
+  std::vector<std::int32_t> tokens, accepted, nodes;
+  std::vector<float> logprobs;
+  sv::VerifyStats stats{};
+  std::string error;
+
+  bool operator==(const Outcome& o) const {
+    return tokens == o.tokens && accepted == o.accepted && nodes == o.nodes && logprobs.size() == o.logprobs.size() &&
+           std::memcmp(logprobs.data(), o.logprobs.data(), logprobs.size() * sizeof(float)) == 0 &&
+           std::memcmp(&stats, &o.stats, sizeof stats) == 0 && error == o.error;
+  }
+};
+
+/// Per-sequence seeds and Coupled's positions alongside a Trees batch.
+struct Extras {
+  std::vector<std::uint64_t> seeds;
+  std::vector<std::int64_t> positions;
+  std::vector<float> scores;  // SPRINTER's, per node
+
+  Extras(const Trees& t, std::mt19937_64& rng) {
+    for (std::int32_t b = 0; b < t.size(); ++b) {
+      seeds.push_back(rng());
+      positions.push_back(50 + 7 * b);
+    }
+    for (std::size_t i = 0; i < t.tokens.size(); ++i) scores.push_back(static_cast<float>(rng() % 101) / 100.0f);
+  }
+  sv::Randomness randomness(bool per_sequence) const {
+    sv::Randomness r{777u, 3u};
+    r.positions = positions.data();
+    if (per_sequence) r.sequence_seeds = seeds.data();
+    return r;
+  }
+};
+
+template <class Run>
+Outcome capture(const Trees& t, Run run) {
+  Trees outputs = t;  // the outputs' storage, sentinel-filled
+  const sv::TreeOutput out = outputs.output();
+  Outcome o;
+  try {
+    o.stats = run(out);
+  } catch (const sv::invalid_input& e) {
+    o.error = e.what();
+  }
+  o.tokens = outputs.out_tokens;
+  o.accepted = outputs.accepted;
+  o.nodes = outputs.nodes;
+  o.logprobs = outputs.logprobs;
+  return o;
+}
+
+template <class Rule>
+Outcome unsharded(const Rule& rule, const Trees& t, const sv::Randomness& r) {
+  const sv::TreeBatch<float> batch = t.batch();
+  return capture(t, [&](const sv::TreeOutput& out) { return sv::verify(rule, batch, r, out); });
+}
+
+/// Every rank on its own thread, each with its slice (copied, or a view into the whole rows).
+template <class Rule>
+std::vector<Outcome> sharded(const Rule& rule, const Trees& t, const sv::Randomness& r,
+                             const std::vector<std::int32_t>& bounds, bool views, sv::ThreadGroup& group) {
+  const std::int32_t ranks = static_cast<std::int32_t>(bounds.size()) - 1;
+  std::vector<Outcome> outcomes(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<float>> p(ranks), q(ranks);
+  std::vector<std::thread> threads;
+  for (std::int32_t k = 0; k < ranks; ++k) {
+    const std::int32_t start = bounds[k], size = bounds[k + 1] - bounds[k];
+    sv::TreeBatch<float> batch = t.batch();
+    batch.shard = {k, ranks, start, size};
+    if (views) {
+      batch.target_probs = t.p.data() + start;
+      batch.draft_probs = t.with_q ? t.q.data() + start : nullptr;
+      batch.target_stride = batch.draft_stride = t.V;
+    } else {
+      batch.target_probs = batch.draft_probs = nullptr;  // an empty slice passes null rows
+      if (size > 0) {
+        p[k] = slice_rows(t.p, t.V, start, size);
+        q[k] = slice_rows(t.q, t.V, start, size);
+        batch.target_probs = p[k].data();
+        if (t.with_q) batch.draft_probs = q[k].data();
+      }
+    }
+    threads.emplace_back([&, batch, k] {
+      outcomes[k] = capture(t, [&](const sv::TreeOutput& out) { return sv::verify(rule, batch, r, out, group.communicator(k)); });
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return outcomes;
+}
+
+template <class Rule>
+void expect_same(const std::string& name, const Rule& rule, const Trees& t, const Extras& extras, std::mt19937_64& rng) {
+  for (const bool per_sequence : {false, true}) {
+    const sv::Randomness r = extras.randomness(per_sequence);
+    const Outcome whole = unsharded(rule, t, r);
+    for (std::int32_t ranks = 1; ranks <= 8; ranks += (ranks < 4 ? 1 : 4)) {
+      const auto bounds = random_bounds(t.V, ranks, rng);
+      sv::ThreadGroup group(ranks);
+      const bool views = rng() % 2 == 0;
+      const auto outcomes = sharded(rule, t, r, bounds, views, group);
+      for (std::int32_t k = 0; k < ranks; ++k) {
+        ASSERT_TRUE(outcomes[k] == whole)
+            << name << (per_sequence ? " per-sequence seeds" : "") << ": rank " << k << " of " << ranks
+            << (views ? " (views)" : " (copies)") << " differs from the unsharded verify"
+            << (outcomes[k].error.empty() ? "" : ": " + outcomes[k].error)
+            << (whole.error.empty() ? "" : " (unsharded: " + whole.error + ")");
+      }
+    }
+  }
+}
+
+/// Every rule with a tree form (SpecDecPP cuts chains; Block has none; Traversal not yet sharded).
+template <class Fn>
+void every_tree_rule(const Extras& extras, Fn check) {
+  check("standard", sv::Standard{});
+  check("greedy", sv::Greedy{});
+  check("ears", sv::Ears{0.3f});
+  const char* names[] = {"kl_pq", "kl_qp", "js", "js_fsd", "tv"};
+  int i = 0;
+  for (const sv::Divergence d : {sv::Divergence::kl_target_draft, sv::Divergence::kl_draft_target,
+                                 sv::Divergence::js, sv::Divergence::js_fsd, sv::Divergence::tv}) {
+    check(std::string("fsd ") + names[i], sv::Fsd{d, 0.4f});
+    check(std::string("rfsd ") + names[i++], sv::ReducibleFsd{d, 0.4f});
+  }
+  check("sprinter", sv::Sprinter{0.5f, extras.scores.data()});
+  check("coupled", sv::Coupled{});
+}
+
+enum class Scale { as_drawn, large, tiny };
+
+/// Random trees whose rows are scaled far from 1 (FixedSum's rescaled sums) where asked.
+Trees trees(std::int32_t B, std::int32_t V, std::int32_t nodes, sv::Drafted how, Scale scale, std::mt19937_64& rng) {
+  Trees t = sv::testing::random_trees(B, V, nodes, how, rng);
+  const float factor = scale == Scale::large ? 3000.0f : scale == Scale::tiny ? 1e-12f : 1.0f;
+  for (float& v : t.p) v *= factor;
+  for (float& v : t.q) v *= factor;
+  return t;
+}
+
+const char* drafted_name(sv::Drafted how) {
+  return how == sv::Drafted::sampled ? "sampled" : how == sv::Drafted::deterministic ? "deterministic" : "without replacement";
+}
+
+TEST(ShardedTrees, MatchUnshardedForEveryRuleDraftingAndSplit) {
+  std::mt19937_64 rng(21);
+  for (const sv::Drafted how : {sv::Drafted::sampled, sv::Drafted::sampled_without_replacement, sv::Drafted::deterministic}) {
+    for (const Scale scale : {Scale::as_drawn, Scale::large, Scale::tiny}) {
+      for (const std::int32_t V : {7, 300}) {
+        const Trees t = trees(6, V, 9, how, scale, rng);
+        const Extras extras(t, rng);
+        every_tree_rule(extras, [&](const std::string& name, const auto& rule) {
+          expect_same(name + " " + drafted_name(how) + " V=" + std::to_string(V) + " scale " +
+                          std::to_string(static_cast<int>(scale)),
+                      rule, t, extras, rng);
+        });
+      }
+    }
+  }
+}
+
+/// Wide nodes whose children are mostly rejected: what is left of p after each, its mass summed
+/// over the slices round by round, decides the later children and the extra token.
+TEST(ShardedTrees, ResidualsAfterRejectedSiblingsMatchUnsharded) {
+  std::mt19937_64 rng(22);
+  for (const sv::Drafted how : {sv::Drafted::sampled, sv::Drafted::sampled_without_replacement, sv::Drafted::deterministic}) {
+    for (const std::int32_t V : {5, 3000}) {
+      Trees t(V, how);
+      for (std::int32_t b = 0; b < 40; ++b) {
+        // A root with four children, its first with three, its second with one.
+        const std::vector<std::int32_t> parents{-1, -1, -1, -1, 0, 0, 0, 1};
+        std::vector<std::vector<float>> ps, qs;
+        for (std::size_t r = 0; r <= parents.size(); ++r) {
+          const auto logits = sv::testing::random_logits(V, rng, 3.0);
+          ps.push_back(sv::testing::softmax(logits));
+          std::vector<double> other = sv::testing::random_logits(V, rng, 3.0);  // q far from p: rejections
+          qs.push_back(sv::testing::softmax(other));
+        }
+        std::vector<std::int32_t> xs(parents.size());
+        for (std::int32_t node = -1; node < 2; ++node) {
+          std::vector<std::int32_t> children;
+          for (std::size_t i = 0; i < parents.size(); ++i) {
+            if (parents[i] == node) children.push_back(static_cast<std::int32_t>(i));
+          }
+          const auto drafts = sv::testing::draft_children(qs[static_cast<std::size_t>(node + 1)],
+                                                          static_cast<std::int32_t>(children.size()), how, rng);
+          for (std::size_t c = 0; c < children.size(); ++c) xs[static_cast<std::size_t>(children[c])] = drafts[c];
+        }
+        t.add(parents, xs, ps, qs);
+      }
+      const Extras extras(t, rng);
+      const std::string where = std::string(drafted_name(how)) + " V=" + std::to_string(V);
+      expect_same("standard " + where, sv::Standard{}, t, extras, rng);
+      expect_same("sprinter " + where, sv::Sprinter{0.5f, extras.scores.data()}, t, extras, rng);
+      // The masses decide here: some tokens must come from a residual after absorbed siblings.
+      const Outcome whole = unsharded(sv::Standard{}, t, extras.randomness(false));
+      ASSERT_TRUE(whole.error.empty()) << whole.error;
+      std::int32_t rejected_at_root = 0;
+      for (std::int32_t b = 0; b < t.size(); ++b) rejected_at_root += whole.accepted[static_cast<std::size_t>(b)] == 0;
+      EXPECT_GT(rejected_at_root, 5) << where << ": too few sequences drew after rejecting every child";
+    }
+  }
+}
+
+/// The calls and bytes a rank makes: a function of the trees' shapes and the drafting, the same for
+/// any rows, tokens and V. Two calls per mass one path may ask for.
+TEST(ShardedTrees, CollectivesDependOnTheShapeAlone) {
+  const auto count = [](const Trees& t, auto rule, std::int64_t& calls, std::int64_t& bytes) {
+    sv::ThreadGroup group(3);
+    std::mt19937_64 rng(1);
+    const Extras extras(t, rng);
+    sharded(rule, t, extras.randomness(false), {0, t.V / 3, t.V / 2, t.V}, false, group);
+    calls = group.calls();
+    bytes = group.bytes_per_rank();
+  };
+  // Shapes alike (random_trees draws the shape before the rows from the seed), rows and tokens not.
+  const auto shaped = [](std::int32_t V, sv::Drafted how, std::uint64_t data) {
+    Trees t(V, how);
+    std::mt19937_64 rng(data);
+    for (std::int32_t b = 0; b < 3; ++b) {
+      const std::vector<std::int32_t> parents{-1, -1, -1, 0, 0, 3};  // root: 3 children; node 0: 2
+      std::vector<std::vector<float>> ps, qs;
+      for (std::size_t r = 0; r <= parents.size(); ++r) {
+        ps.push_back(sv::testing::random_distribution(V, rng));
+        qs.push_back(sv::testing::random_distribution(V, rng));
+      }
+      std::vector<std::int32_t> xs;
+      for (std::size_t i = 0; i < parents.size(); ++i) xs.push_back(static_cast<std::int32_t>(rng() % V));
+      if (how != sv::Drafted::sampled) xs = {0, 1, 2, 3, 4, 5};  // distinct siblings
+      t.add(parents, xs, ps, qs);
+    }
+    return t;
+  };
+  for (const sv::Drafted how : {sv::Drafted::sampled, sv::Drafted::sampled_without_replacement, sv::Drafted::deterministic}) {
+    // Masses on the longest path: root 2, node 0 1 (without replacement: and each node's q total).
+    const std::int64_t masses = how == sv::Drafted::sampled_without_replacement ? 5 : 3;
+    std::int64_t calls_a, bytes_a, calls_b, bytes_b, calls_c, bytes_c;
+    count(shaped(4096, how, 1), sv::Standard{}, calls_a, bytes_a);
+    count(shaped(4096, how, 2), sv::Standard{}, calls_b, bytes_b);
+    count(shaped(65536, how, 3), sv::Standard{}, calls_c, bytes_c);
+    // shard, rows, the masses' rounds, draw sums, rescaled sums, tokens
+    EXPECT_EQ(calls_a, 5 + 2 * masses) << drafted_name(how);
+    EXPECT_EQ(calls_a, calls_b) << drafted_name(how);
+    EXPECT_EQ(bytes_a, bytes_b) << drafted_name(how);
+    EXPECT_EQ(calls_a, calls_c) << drafted_name(how);
+    EXPECT_EQ(bytes_a, bytes_c) << drafted_name(how);
+    // A rule that draws from p on rejection asks no mass.
+    count(shaped(4096, how, 1), sv::Greedy{}, calls_a, bytes_a);
+    EXPECT_EQ(calls_a, 5) << drafted_name(how);
+  }
+}
+
+/// A NaN, an infinity or a negative value in one row: every rank reports what the unsharded verify
+/// reports (Standard reads the same rows sharded and whole), and no output changes.
+TEST(ShardedTrees, BadValuesAreReportedAsUnshardedByEveryRank) {
+  std::mt19937_64 rng(23);
+  std::int32_t failures = 0;
+  for (std::int32_t trial = 0; trial < 90; ++trial) {
+    const sv::Drafted how = trial % 3 == 0 ? sv::Drafted::sampled
+                            : trial % 3 == 1 ? sv::Drafted::sampled_without_replacement
+                                             : sv::Drafted::deterministic;
+    Trees t = sv::testing::random_trees(4, 64, 7, how, rng);
+    const float bads[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -0.5f};
+    std::vector<float>& rows = t.with_q && rng() % 2 ? t.q : t.p;
+    // Anywhere, or in the first sequence's root row (read whole where the walk rejects or draws there).
+    const std::size_t at = rng() % 2 ? rng() % rows.size() : rng() % static_cast<std::size_t>(t.V);
+    rows[at] = bads[trial % 3];
+    const Extras extras(t, rng);
+    const sv::Randomness r = extras.randomness(false);
+    const Outcome whole = unsharded(sv::Standard{}, t, r);
+    failures += !whole.error.empty();
+    sv::ThreadGroup group(3);
+    const auto outcomes = sharded(sv::Standard{}, t, r, random_bounds(t.V, 3, rng), false, group);
+    for (const Outcome& o : outcomes) {
+      ASSERT_TRUE(o == whole) << "trial " << trial << ": " << o.error << " vs unsharded: " << whole.error;
+    }
+  }
+  EXPECT_GT(failures, 15) << "too few bad values were read";  // 23 of 90 at this seed
+}
+
+}  // namespace
