@@ -495,6 +495,22 @@ TEST(ShardedLogits, EveryRankReportsABadLogitInOneSlice) {
   }
 }
 
+/// A bad logit in the first rank's slice of every target row: the later ranks' parts of the scan
+/// phase are still read in order (a merge that skipped reading a later rank's validity once the row
+/// was known bad read every later field of that rank's part one byte off).
+TEST(ShardedLogits, ABadLogitInTheFirstSliceLeavesTheLaterSlicesReadInOrder) {
+  LogitFeatures f;
+  LogitChains c = make_logit_chains(4, 300, 3, f, 41, 42);
+  for (sv::SamplingParams& p : c.tp) p.top_k = 20;  // every row sends its top_k candidates
+  for (std::int64_t r = 0; r < c.shape.target_rows(); ++r) c.target[std::size_t(r) * 300 + 5] = std::numeric_limits<float>::quiet_NaN();
+  const sv::Randomness r = randomness(c.shape, false);
+  const Outcome whole = unsharded(sv::Standard{}, c, r, false);
+  ASSERT_FALSE(whole.error.empty());
+  sv::ThreadGroup group(4);
+  expect_every_rank_reports("NaN at token 5 of every target row", whole,
+                            sharded(sv::Standard{}, c, r, false, {0, 10, 10, 150, 300}, Layout::copies, group));
+}
+
 /// A target row the unsharded walk reads that keeps no token (every logit -inf, or every finite
 /// one masked by the bitmask): every rank reports it as the unsharded verify does. The same row
 /// where the walk never reads it (the chain ends before) is no fault: the outputs match.

@@ -1,6 +1,7 @@
 // The sharded verify of trees (API.md "Sharded vocabulary") against the unsharded one: every rank's
 // outputs bit for bit those of verify() on the whole rows, for every per-draft rule and every way
-// the children were drafted, ranks 1 to 8 with uneven and empty slices; what is left of p after
+// the children were drafted, over probabilities and over logits with every sampling parameter, a
+// bitmask and penalties, ranks 1 to 8 with uneven and empty slices; what is left of p after
 // rejected siblings (its masses, summed over the slices round by round) where it decides; calls and
 // bytes set by the trees' shapes alone; bad values anywhere reported as the unsharded verify does.
 #include <gtest/gtest.h>
@@ -14,7 +15,7 @@
 
 #include "specverify/specverify.hpp"
 #include "specverify/thread_communicator.hpp"
-#include "support/sharded_chains.hpp"
+#include "support/sharded_logit_chains.hpp"
 #include "support/trees.hpp"
 
 namespace sv = specverify;
@@ -116,42 +117,146 @@ std::vector<Outcome> sharded(const Rule& rule, const Trees& t, const sv::Randomn
   return outcomes;
 }
 
-template <class Rule>
-void expect_same(const std::string& name, const Rule& rule, const Trees& t, const Extras& extras, std::mt19937_64& rng) {
-  for (const bool per_sequence : {false, true}) {
-    const sv::Randomness r = extras.randomness(per_sequence);
-    const Outcome whole = unsharded(rule, t, r);
-    for (std::int32_t ranks = 1; ranks <= 8; ranks += (ranks < 4 ? 1 : 4)) {
-      const auto bounds = random_bounds(t.V, ranks, rng);
-      sv::ThreadGroup group(ranks);
-      const bool views = rng() % 2 == 0;
-      const auto outcomes = sharded(rule, t, r, bounds, views, group);
-      for (std::int32_t k = 0; k < ranks; ++k) {
-        ASSERT_TRUE(outcomes[k] == whole)
-            << name << (per_sequence ? " per-sequence seeds" : "") << ": rank " << k << " of " << ranks
-            << (views ? " (views)" : " (copies)") << " differs from the unsharded verify"
-            << (outcomes[k].error.empty() ? "" : ": " + outcomes[k].error)
-            << (whole.error.empty() ? "" : " (unsharded: " + whole.error + ")");
+/// A tree batch of logits over a Trees batch's rows (log p, log q; -inf where p or q is 0), each
+/// sequence's parameters from the logits tests' pool, and where asked draft parameters unlike the
+/// target's, a bitmask (each row keeps its largest logit allowed) and history and bias lists.
+struct LogitTrees {
+  Trees t{1};
+  sv::testing::sharded::LogitFeatures features;
+  std::vector<float> target, draft;
+  std::vector<sv::SamplingParams> tp, dp;
+  std::vector<std::uint32_t> mask;
+  sv::testing::PenaltyListArrays lists;
+
+  std::int32_t words() const { return (t.V + 31) / 32; }
+  sv::LogitsTreeBatch<float> batch() const {
+    sv::LogitsTreeBatch<float> b;
+    b.batch_size = t.size();
+    b.vocab_size = t.V;
+    b.node_offsets = t.offsets.data();
+    b.parents = t.parents.data();
+    b.draft_tokens = t.tokens.data();
+    b.target_logits = target.data();
+    b.draft_logits = t.with_q ? draft.data() : nullptr;
+    b.drafted = t.drafted;
+    b.target_params = tp.data();
+    if (features.draft_params) b.draft_params = dp.data();
+    if (features.mask) b.allowed_tokens = mask.data();
+    if (features.penalties) lists.attach(b);
+    return b;
+  }
+};
+
+LogitTrees logit_trees(std::int32_t B, std::int32_t V, sv::Drafted how, const sv::testing::sharded::LogitFeatures& f,
+                       std::mt19937_64& rng) {
+  LogitTrees l;
+  l.t = sv::testing::random_trees(B, V, 9, how, rng);
+  l.features = f;
+  const auto logs = [](const std::vector<float>& rows) {
+    std::vector<float> out;
+    for (const float x : rows) out.push_back(x > 0.0f ? std::log(x) : -std::numeric_limits<float>::infinity());
+    return out;
+  };
+  l.target = logs(l.t.p);
+  l.draft = logs(l.t.q);
+  const auto pool = sv::testing::sharded::params_pool(f);
+  for (std::int32_t b = 0; b < B; ++b) {
+    sv::SamplingParams p = pool[(static_cast<std::size_t>(b) + rng()) % pool.size()];
+    sv::SamplingParams d = f.draft_params ? pool[rng() % pool.size()] : p;
+    if (f.penalties && b % 2 == 0) {
+      p.repetition_penalty = 1.3f;
+      p.presence_penalty = 0.5f;
+      p.frequency_penalty = 0.2f;
+      d.repetition_penalty = f.draft_params ? 1.1f : p.repetition_penalty;
+    }
+    if (!f.top_p_alone) {
+      for (sv::SamplingParams* s : {&p, &d}) {
+        if (s->top_k >= V) s->top_p = 1.0f;
       }
+    }
+    l.tp.push_back(p);
+    l.dp.push_back(d);
+    // History: a few ascending tokens with counts; bias: a few tokens.
+    for (std::int32_t v = static_cast<std::int32_t>(rng() % 4); v < V; v += 1 + static_cast<std::int32_t>(rng() % 9)) {
+      l.lists.h_tokens.push_back(v);
+      l.lists.h_counts.push_back(static_cast<std::int32_t>(rng() % 3));
+    }
+    l.lists.b_tokens.push_back(static_cast<std::int32_t>(rng() % V));
+    l.lists.b_values.push_back(static_cast<float>(static_cast<std::int32_t>(rng() % 21) - 10) / 5.0f);
+    l.lists.end_sequence();
+  }
+  if (f.mask) {
+    const std::int64_t rows = static_cast<std::int64_t>(l.target.size()) / V;
+    l.mask.resize(static_cast<std::size_t>(rows) * l.words());
+    for (auto& w : l.mask) w = static_cast<std::uint32_t>(rng()) | static_cast<std::uint32_t>(rng());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = &l.target[static_cast<std::size_t>(r) * V];
+      const auto top = static_cast<std::int32_t>(std::max_element(row, row + V) - row);
+      l.mask[static_cast<std::size_t>(r) * l.words() + static_cast<std::size_t>(top / 32)] |= 1u << (top % 32);
+    }
+  }
+  return l;
+}
+
+/// As sharded() above, over rows of logits.
+template <class Rule>
+std::vector<Outcome> sharded_logits(const Rule& rule, const LogitTrees& l, const sv::Randomness& r,
+                                    const std::vector<std::int32_t>& bounds, bool views, sv::ThreadGroup& group) {
+  const std::int32_t ranks = static_cast<std::int32_t>(bounds.size()) - 1, V = l.t.V;
+  std::vector<Outcome> outcomes(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<float>> p(ranks), q(ranks);
+  std::vector<std::thread> threads;
+  for (std::int32_t k = 0; k < ranks; ++k) {
+    const std::int32_t start = bounds[k], size = bounds[k + 1] - bounds[k];
+    sv::LogitsTreeBatch<float> batch = l.batch();
+    batch.shard = {k, ranks, start, size};
+    if (views) {
+      batch.target_logits = l.target.data() + start;
+      batch.draft_logits = l.t.with_q ? l.draft.data() + start : nullptr;
+      batch.target_stride = batch.draft_stride = V;
+    } else {
+      batch.target_logits = batch.draft_logits = nullptr;
+      if (size > 0) {
+        p[k] = slice_rows(l.target, V, start, size);
+        q[k] = slice_rows(l.draft, V, start, size);
+        batch.target_logits = p[k].data();
+        if (l.t.with_q) batch.draft_logits = q[k].data();
+      }
+    }
+    threads.emplace_back([&, batch, k] {
+      outcomes[k] = capture(l.t, [&](const sv::TreeOutput& out) { return sv::verify(rule, batch, r, out, group.communicator(k)); });
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return outcomes;
+}
+
+/// Every rank's outcome against `whole`, for ranks 1 to 8 at random bounds.
+template <class Sharded>
+void expect_ranks_match(const std::string& name, const Outcome& whole, std::int32_t V, std::mt19937_64& rng, Sharded run) {
+  for (std::int32_t ranks = 1; ranks <= 8; ranks += (ranks < 4 ? 1 : 4)) {
+    const auto bounds = random_bounds(V, ranks, rng);
+    sv::ThreadGroup group(ranks);
+    const bool views = rng() % 2 == 0;
+    const auto outcomes = run(bounds, views, group);
+    for (std::int32_t k = 0; k < ranks; ++k) {
+      ASSERT_TRUE(outcomes[k] == whole)
+          << name << ": rank " << k << " of " << ranks << (views ? " (views)" : " (copies)")
+          << " differs from the unsharded verify" << (outcomes[k].error.empty() ? "" : ": " + outcomes[k].error)
+          << (whole.error.empty() ? "" : " (unsharded: " + whole.error + ")");
     }
   }
 }
 
-/// Every rule with a tree form (SpecDecPP cuts chains; Block has none; Traversal not yet sharded).
-template <class Fn>
-void every_tree_rule(const Extras& extras, Fn check) {
-  check("standard", sv::Standard{});
-  check("greedy", sv::Greedy{});
-  check("ears", sv::Ears{0.3f});
-  const char* names[] = {"kl_pq", "kl_qp", "js", "js_fsd", "tv"};
-  int i = 0;
-  for (const sv::Divergence d : {sv::Divergence::kl_target_draft, sv::Divergence::kl_draft_target,
-                                 sv::Divergence::js, sv::Divergence::js_fsd, sv::Divergence::tv}) {
-    check(std::string("fsd ") + names[i], sv::Fsd{d, 0.4f});
-    check(std::string("rfsd ") + names[i++], sv::ReducibleFsd{d, 0.4f});
+template <class Rule>
+void expect_same(const std::string& name, const Rule& rule, const Trees& t, const Extras& extras, std::mt19937_64& rng) {
+  for (const bool per_sequence : {false, true}) {
+    const sv::Randomness r = extras.randomness(per_sequence);
+    expect_ranks_match(name + (per_sequence ? " per-sequence seeds" : ""), unsharded(rule, t, r), t.V, rng,
+                       [&](const auto& bounds, bool views, sv::ThreadGroup& group) {
+                         return sharded(rule, t, r, bounds, views, group);
+                       });
   }
-  check("sprinter", sv::Sprinter{0.5f, extras.scores.data()});
-  check("coupled", sv::Coupled{});
 }
 
 enum class Scale { as_drawn, large, tiny };
@@ -176,7 +281,7 @@ TEST(ShardedTrees, MatchUnshardedForEveryRuleDraftingAndSplit) {
       for (const std::int32_t V : {7, 300}) {
         const Trees t = trees(6, V, 9, how, scale, rng);
         const Extras extras(t, rng);
-        every_tree_rule(extras, [&](const std::string& name, const auto& rule) {
+        sv::testing::sharded::every_tree_rule(extras.scores.data(), [&](const std::string& name, const auto& rule) {
           expect_same(name + " " + drafted_name(how) + " V=" + std::to_string(V) + " scale " +
                           std::to_string(static_cast<int>(scale)),
                       rule, t, extras, rng);
@@ -184,6 +289,36 @@ TEST(ShardedTrees, MatchUnshardedForEveryRuleDraftingAndSplit) {
       }
     }
   }
+}
+
+TEST(ShardedTrees, LogitsMatchUnshardedForEveryRuleDraftingAndParameter) {
+  std::mt19937_64 rng(24);
+  using sv::testing::sharded::LogitFeatures;
+  LogitFeatures plain, top_p_alone, everything;
+  top_p_alone.top_p_alone = true;
+  everything.mask = everything.penalties = everything.draft_params = true;
+  std::int32_t checked = 0, failed = 0;
+  for (const sv::Drafted how : {sv::Drafted::sampled, sv::Drafted::sampled_without_replacement, sv::Drafted::deterministic}) {
+    for (const LogitFeatures& f : {plain, top_p_alone, everything}) {
+      for (const std::int32_t V : {7, 300}) {
+        const LogitTrees l = logit_trees(5, V, how, f, rng);
+        const Extras extras(l.t, rng);
+        sv::testing::sharded::every_tree_rule(extras.scores.data(), [&](const std::string& rule_name, const auto& rule) {
+          const sv::Randomness r = extras.randomness(rng() % 2 == 0);
+          const sv::LogitsTreeBatch<float> whole_batch = l.batch();
+          const Outcome whole = capture(l.t, [&](const sv::TreeOutput& out) { return sv::verify(rule, whole_batch, r, out); });
+          ++checked;
+          failed += !whole.error.empty();
+          const std::string name = rule_name + " " + drafted_name(how) + " V=" + std::to_string(V) +
+                                   (f.top_p_alone ? " top_p alone" : "") + (f.mask ? " with mask, penalties" : "");
+          expect_ranks_match(name, whole, V, rng, [&](const auto& bounds, bool views, sv::ThreadGroup& group) {
+            return sharded_logits(rule, l, r, bounds, views, group);
+          });
+        });
+      }
+    }
+  }
+  EXPECT_LT(failed, checked / 10) << "most batches must verify, not throw";
 }
 
 /// Wide nodes whose children are mostly rejected: what is left of p after each, its mass summed
@@ -303,6 +438,32 @@ TEST(ShardedTrees, BadValuesAreReportedAsUnshardedByEveryRank) {
     }
   }
   EXPECT_GT(failures, 15) << "too few bad values were read";  // 23 of 90 at this seed
+}
+
+/// A NaN or +inf logit in a sequence's root rows (which its walk opens first): every rank names it
+/// as the unsharded verify does, at its node, and no output changes.
+TEST(ShardedTrees, BadLogitsAreReportedAsUnshardedByEveryRank) {
+  std::mt19937_64 rng(25);
+  sv::testing::sharded::LogitFeatures everything;
+  everything.mask = everything.penalties = everything.draft_params = true;
+  for (std::int32_t trial = 0; trial < 24; ++trial) {
+    const sv::Drafted how = trial % 2 ? sv::Drafted::sampled : sv::Drafted::deterministic;
+    LogitTrees l = logit_trees(4, 64, how, everything, rng);
+    const std::int32_t b = static_cast<std::int32_t>(rng() % 4);
+    const std::int64_t root = l.t.offsets[static_cast<std::size_t>(b)] + b;
+    std::vector<float>& rows = l.t.with_q && l.t.offsets[b + 1] > l.t.offsets[b] && rng() % 2 ? l.draft : l.target;
+    rows[static_cast<std::size_t>(root) * 64 + rng() % 64] =
+        trial % 3 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    const Extras extras(l.t, rng);
+    const sv::Randomness r = extras.randomness(false);
+    const sv::LogitsTreeBatch<float> whole_batch = l.batch();
+    const Outcome whole = capture(l.t, [&](const sv::TreeOutput& out) { return sv::verify(sv::Standard{}, whole_batch, r, out); });
+    ASSERT_FALSE(whole.error.empty()) << "trial " << trial;
+    sv::ThreadGroup group(3);
+    for (const Outcome& o : sharded_logits(sv::Standard{}, l, r, random_bounds(64, 3, rng), false, group)) {
+      ASSERT_TRUE(o == whole) << "trial " << trial << ": " << o.error << " vs unsharded: " << whole.error;
+    }
+  }
 }
 
 }  // namespace

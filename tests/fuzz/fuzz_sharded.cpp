@@ -89,6 +89,24 @@ void expect_ranks(const Rule& rule, std::int32_t ranks, BatchOf batch_of, const 
   if (results[0].error.empty()) CHECK(results[0].same(whole));
 }
 
+/// The rest of an input after the batch: Coupled's positions, a split of [0, V) over 1 to 5 ranks
+/// (uneven, empty slices allowed), and the seeds.
+struct Split {
+  std::vector<std::int64_t> positions;
+  std::vector<std::int32_t> cuts{0};
+  Randomness randomness;
+
+  Split(FuzzedDataProvider& in, std::int32_t B, std::int32_t V) : positions(static_cast<std::size_t>(B)) {
+    for (auto& x : positions) x = in.ConsumeIntegral<std::uint16_t>();
+    const std::int32_t ranks = in.ConsumeIntegralInRange<std::int32_t>(1, 5);
+    cuts.push_back(V);
+    for (std::int32_t r = 1; r < ranks; ++r) cuts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V));
+    std::sort(cuts.begin(), cuts.end());
+    randomness = {in.ConsumeIntegral<std::uint64_t>(), in.ConsumeIntegral<std::uint32_t>()};
+    randomness.positions = positions.data();
+  }
+};
+
 /// A logit from a small palette (ties on purpose) or an edge value.
 float edge_logit(FuzzedDataProvider& in) {
   static const float values[] = {-std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 88.0f, -88.0f, FLT_MAX,
@@ -195,14 +213,10 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
   std::vector<float> p(static_cast<std::size_t>(N + B) * V), q(static_cast<std::size_t>(N) * V);
   for (auto& v : p) v = edge_value(in);
   for (auto& v : q) v = edge_value(in);
-  std::vector<std::int64_t> positions(static_cast<std::size_t>(B));
-  for (auto& x : positions) x = in.ConsumeIntegral<std::uint16_t>();
-  const std::int32_t ranks = in.ConsumeIntegralInRange<std::int32_t>(1, 5);
-  std::vector<std::int32_t> cuts{0, V};
-  for (std::int32_t r = 1; r < ranks; ++r) cuts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V));
-  std::sort(cuts.begin(), cuts.end());
-  Randomness randomness{in.ConsumeIntegral<std::uint64_t>(), in.ConsumeIntegral<std::uint32_t>()};
-  randomness.positions = positions.data();
+  const Split split(in, B, V);
+  const std::vector<std::int32_t>& cuts = split.cuts;
+  const std::int32_t ranks = static_cast<std::int32_t>(cuts.size()) - 1;
+  const Randomness& randomness = split.randomness;
 
   const auto capture = [&](auto verify_one) {
     Result r;
@@ -261,14 +275,10 @@ void run_tree(const Rule& rule, FuzzedDataProvider& in) {
   std::vector<float> p(static_cast<std::size_t>(rows) * V), q(with_q ? p.size() : 0);
   for (auto& v : p) v = edge_value(in);
   for (auto& v : q) v = edge_value(in);
-  std::vector<std::int64_t> positions(static_cast<std::size_t>(B));
-  for (auto& x : positions) x = in.ConsumeIntegral<std::uint16_t>();
-  const std::int32_t ranks = in.ConsumeIntegralInRange<std::int32_t>(1, 5);
-  std::vector<std::int32_t> cuts{0, V};
-  for (std::int32_t r = 1; r < ranks; ++r) cuts.push_back(in.ConsumeIntegralInRange<std::int32_t>(0, V));
-  std::sort(cuts.begin(), cuts.end());
-  Randomness randomness{in.ConsumeIntegral<std::uint64_t>(), in.ConsumeIntegral<std::uint32_t>()};
-  randomness.positions = positions.data();
+  const Split split(in, B, V);
+  const std::vector<std::int32_t>& cuts = split.cuts;
+  const std::int32_t ranks = static_cast<std::int32_t>(cuts.size()) - 1;
+  const Randomness& randomness = split.randomness;
 
   const auto capture = [&](auto verify_one) {
     Result r;

@@ -138,8 +138,10 @@ constexpr bool takes_one_hot(const Rule&) {
   return sv::rule_traits<Rule>::joint != sv::Joint::traversal;
 }
 
+/// Every rule that decides draft by draft and has a tree form (all but SpecDecPP, which cuts
+/// chains, and the joint Block and Traversal); `scores`: SPRINTER's, per draft.
 template <class Fn>
-void every_rule(const Chains& c, Fn check) {
+void every_tree_rule(const float* scores, Fn check) {
   check("standard", sv::Standard{});
   check("greedy", sv::Greedy{});
   check("ears", sv::Ears{0.3f});
@@ -150,9 +152,14 @@ void every_rule(const Chains& c, Fn check) {
     check(std::string("fsd ") + names[i], sv::Fsd{d, 0.4f});
     check(std::string("rfsd ") + names[i++], sv::ReducibleFsd{d, 0.4f});
   }
-  check("sprinter", sv::Sprinter{0.5f, c.scores.data()});
-  check("specdecpp", sv::SpecDecPP<sv::Standard>{0.7f, c.accept_probs.data(), {}});
+  check("sprinter", sv::Sprinter{0.5f, scores});
   check("coupled", sv::Coupled{});
+}
+
+template <class Fn>
+void every_rule(const Chains& c, Fn check) {
+  every_tree_rule(c.scores.data(), check);
+  check("specdecpp", sv::SpecDecPP<sv::Standard>{0.7f, c.accept_probs.data(), {}});
   check("block", sv::Block{});
   check("traversal", sv::Traversal{});  // draft rows: one-hot drafts are invalid_input for it
 }

@@ -1,4 +1,4 @@
-// The rows of logits of a sharded chain batch (cpu/sharded_verify.hpp). Each rank reads its slice
+// The rows of logits of a sharded chain or tree batch (cpu/sharded_verify.hpp). Each rank reads its slice
 // of every row with the unsharded pre-pass kernels (cpu/logit_kernels.hpp), and the ranks merge
 // their slices' summaries into the view every rank would have of the whole row, in two phases:
 //   scan: each slice's max g and the first token holding it, validity, and with top_k the slice's
@@ -21,9 +21,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specverify/core/chain_layout.hpp"
+#include "specverify/core/tree_layout.hpp"
 #include "specverify/core/logit_source.hpp"
 #include "specverify/core/overlay.hpp"
 #include "specverify/core/validate_logits.hpp"
@@ -59,14 +62,16 @@ struct BadRow {
   core::Finding finding{};
 };
 
-/// The logits rows of one rank's slice, and their merged views.
-template <class Arch, class Logit>
+/// The logits rows of one rank's slice, and their merged views. A chain's draft row j belongs to
+/// its sequence's position j - offsets[b]; a tree's draft rows are laid out like its target rows.
+template <class Arch, class Logit, class Layout = core::ChainLayout>
 class LogitSlices {
  public:
-  using Batch = LogitsChainBatch<Logit>;
+  static constexpr bool kTree = std::is_same_v<Layout, core::TreeLayout>;
+  using Batch = std::conditional_t<kTree, LogitsTreeBatch<Logit>, LogitsChainBatch<Logit>>;
   using Row = core::LogitRow<Logit>;
 
-  LogitSlices(const Batch& batch, const core::ChainLayout& layout) : batch_(batch), layout_(layout) {}
+  LogitSlices(const Batch& batch, const Layout& layout) : batch_(batch), layout_(layout) {}
 
   /// Whether the draft rows are read whole on every rank (a reduced draft vocabulary; a rank with
   /// an empty slice may pass them null all the same).
@@ -93,12 +98,12 @@ class LogitSlices {
                                           target_to_draft_.empty() ? nullptr : target_to_draft_.data(),
                                           bias_order_.data());
     const std::int32_t B = batch_.batch_size;
-    const std::int64_t drafts = batch_.draft_offsets[B];
+    const std::int64_t drafts = std::int64_t{layout_.offsets[B]} + (kTree ? B : 0);
     target_seq_.clear();
     draft_seq_.clear();
     for (std::int32_t b = 0; b < B; ++b) {
       for (std::int32_t d = 0; d <= layout_.count(b); ++d) target_seq_.push_back(b);
-      for (std::int32_t d = 0; d < layout_.count(b); ++d) draft_seq_.push_back(b);
+      for (std::int32_t d = kTree ? 0 : 1; d <= layout_.count(b); ++d) draft_seq_.push_back(b);
     }
     targets_.assign(target_seq_.size(), {});
     drafts_.assign(has_q ? static_cast<std::size_t>(drafts) : 0, {});
@@ -122,7 +127,9 @@ class LogitSlices {
   /// The finding every rank reports for the first bad row at `key` (the lowest rank's naming).
   const BadRow& bad_row() const { return bad_; }
   static std::int64_t target_key(std::int64_t t) { return 2 * t; }
-  std::int64_t draft_key(std::int64_t j) const { return 2 * (j + draft_seq_[static_cast<std::size_t>(j)]) + 1; }
+  std::int64_t draft_key(std::int64_t j) const {
+    return 2 * (kTree ? j : j + draft_seq_[static_cast<std::size_t>(j)]) + 1;  // the slot's
+  }
 
   /// p of target row t (q of draft row j) at this rank's tokens, the unsharded view's bits.
   void materialise_target(std::int64_t t, float* out) { materialise(false, t, out); }
@@ -301,16 +308,31 @@ class LogitSlices {
   /// The finding for bad row r of a kind, opened as `row`: its first bad logit (a token).
   core::Finding name_bad(bool draft, std::int64_t r, const Row& row) const {
     const std::int32_t b = draft ? draft_seq_[static_cast<std::size_t>(r)] : target_seq_[static_cast<std::size_t>(r)];
-    const std::int32_t d = static_cast<std::int32_t>(draft ? r - batch_.draft_offsets[b] : r - layout_.target_row(b, -1));
     const bool whole = draft && whole_drafts();
     float value = 0.0f;
     const std::int32_t i = core::detail::first_bad_logit(row, value);
-    core::Fault f{core::FaultKind::bad_value, d, d < layout_.count(b) ? d : d - 1, draft ? -1 : r, draft ? r : -1,
+    const auto [depth, node] = place_of(b, draft, r);
+    core::Fault f{core::FaultKind::bad_value, depth, node, draft ? -1 : r, draft ? r : -1,
                   i < 0 ? -1 : (whole ? i : start_ + i), value};
-    core::Finding finding = core::detail::logits_fault_finding(f, b, core::Place::position);
+    core::Finding finding = core::detail::logits_fault_finding(f, b, kTree ? core::Place::node : core::Place::position);
     core::detail::name_guidance_fault(finding, f, b, local_, start_);
     core::detail::name_penalty_fault(finding, f, b, whole ? whole_ : local_, whole ? 0 : start_);
     return finding;
+  }
+
+  /// Where the walk reads row r of a kind: its depth there, and the node a fault names (the child
+  /// it tests there, or at the bonus row the last node).
+  std::pair<std::int32_t, std::int32_t> place_of(std::int32_t b, bool draft, std::int64_t r) const {
+    if constexpr (kTree) {
+      const auto node = static_cast<std::int32_t>(r - layout_.target_row(b, -1)) - 1;  // both kinds: slots
+      std::int32_t depth = 0;
+      for (std::int32_t n = node; n >= 0; n = layout_.parent(b, n)) ++depth;
+      const std::int32_t c = layout_.child(b, node, -1);
+      return {depth, c >= 0 ? c : node};
+    } else {
+      const auto d = static_cast<std::int32_t>(draft ? r - layout_.offsets[b] : r - layout_.target_row(b, -1));
+      return {d, d < layout_.count(b) ? d : d - 1};
+    }
   }
 
   /// Scan phase (above). A rank with an empty slice sends nothing found.
@@ -397,7 +419,8 @@ class LogitSlices {
         const std::int32_t k = top_k(params(draft, r));
         const float max = in.get<float>();
         const std::int32_t argmax = in.get<std::int32_t>();
-        v.ok = v.ok && in.get<std::uint8_t>() != 0;
+        const bool ok = in.get<std::uint8_t>() != 0;  // read whatever v.ok is: the reads keep their order
+        v.ok = v.ok && ok;
         if (max > v.max) {  // ranks in token order: the first holding the max names the lowest token
           v.max = max;
           v.argmax = argmax;
@@ -582,7 +605,7 @@ class LogitSlices {
   }
 
   const Batch& batch_;
-  const core::ChainLayout& layout_;
+  const Layout& layout_;
   std::int32_t start_ = 0, size_ = 0;
   std::vector<std::int32_t> target_to_draft_, bias_order_;
   core::LogitSource<Logit> local_{}, whole_{};

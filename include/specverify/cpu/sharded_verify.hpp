@@ -30,8 +30,8 @@
 // So a rank sends 6 (5 without statistics, 7 for Block with draft rows and for Traversal) messages
 // per call over probability rows, 7 over logits (12 with top_p alone; Block and Traversal: 2 more),
 // and a tree's rounds 2 each; a phase with nothing to send (the same on every rank) makes no call.
-// So far: chains with every rule, rows of probabilities or logits; trees over rows of
-// probabilities with every per-draft rule.
+// Chains with every rule and trees with every per-draft rule, over rows of probabilities or
+// logits (not yet: Traversal over trees).
 #pragma once
 
 #include <algorithm>
@@ -431,6 +431,8 @@ struct ShapeOf<TreeBatch<Prob>> {
   using Layout = core::TreeLayout;
   using Output = TreeOutput;
 };
+template <class Logit>
+struct ShapeOf<LogitsTreeBatch<Logit>> : ShapeOf<TreeBatch<Logit>> {};
 
 template <class Batch>
 struct LogitsOf {
@@ -440,9 +442,12 @@ template <class Logit>
 struct LogitsOf<LogitsChainBatch<Logit>> {
   using type = Logit;
 };
+template <class Logit>
+struct LogitsOf<LogitsTreeBatch<Logit>> : LogitsOf<LogitsChainBatch<Logit>> {};
 
-/// A sharded verify of one chain batch on one rank: of probability rows (ChainBatch<float>), or
-/// of logits (LogitsChainBatch), whose slices LogitSlices reads as probability rows.
+/// A sharded verify of one batch on one rank: chains or trees of probability rows (ChainBatch,
+/// TreeBatch), or of logits (LogitsChainBatch, LogitsTreeBatch), whose slices LogitSlices reads as
+/// probability rows.
 template <class Arch, class Rule, class Comm, class Batch>
 class ShardedVerify {
   using traits = rule_traits<Rule>;
@@ -450,6 +455,11 @@ class ShardedVerify {
   using Output = typename ShapeOf<Batch>::Output;
   static constexpr bool kTree = std::is_same_v<Layout, core::TreeLayout>;
   static constexpr core::Place kPlace = kTree ? core::Place::node : core::Place::position;  // a fault's
+  static_assert(!kTree || !specverify::detail::has_cut<Rule>::value,
+                "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
+  static_assert(!kTree || traits::joint == Joint::none,
+                "the sharded verify walks trees with per-draft rules so far: Traversal over a sharded tree is not "
+                "supported yet (Block has no tree form)");
   static constexpr bool kCoupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
   // Block and Traversal: on a chain both read the masses Z_i = sum max(s P_i - Q_i, 0) at nodes
   // 1 .. k - 1 (Traversal's root never asks: |R| = 1 passes) and draw from max(s P - Q, 0).
@@ -457,7 +467,7 @@ class ShardedVerify {
   using Logit = typename LogitsOf<Batch>::type;
   static constexpr bool kLogits = !std::is_void_v<Logit>;
   struct NoLogits {};
-  using Logits = std::conditional_t<kLogits, LogitSlices<Arch, Logit>, NoLogits>;
+  using Logits = std::conditional_t<kLogits, LogitSlices<Arch, Logit, Layout>, NoLogits>;
 
  public:
   ShardedVerify(const Rule& rule, const Batch& batch, const Randomness& randomness, const Comm& comm)
@@ -1499,11 +1509,6 @@ template <class Rule, class Comm,
           class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
 VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Randomness& randomness,
                    const TreeOutput& out, const Comm& comm, const CpuOptions& options = {}) {
-  static_assert(!specverify::detail::has_cut<Rule>::value,
-                "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
-  static_assert(rule_traits<Rule>::joint == Joint::none,
-                "the sharded verify walks trees with per-draft rules so far: Traversal over a sharded tree is not "
-                "supported yet (Block has no tree form)");
   cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, TreeBatch<float>> v(rule, batch, randomness, comm);
   v.agree(out, options);
   if (batch.batch_size == 0) return {};
@@ -1519,6 +1524,18 @@ VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
   static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
   cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, LogitsChainBatch<Logit>> v(rule, batch, randomness, comm);
+  v.agree(out, options);
+  if (batch.batch_size == 0) return {};
+  return v.run(out);
+}
+
+/// Verifies this rank's slice of a sharded tree batch of logits, as the chains' above.
+template <class Rule, class Logit, class Comm,
+          class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
+VerifyStats verify(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
+                   const TreeOutput& out, const Comm& comm, const CpuOptions& options = {}) {
+  static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
+  cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, LogitsTreeBatch<Logit>> v(rule, batch, randomness, comm);
   v.agree(out, options);
   if (batch.batch_size == 0) return {};
   return v.run(out);
