@@ -168,13 +168,15 @@ class BlockDraw {
         for (int b = 0; b < kBatch; ++b) {
           if (first + 32 * b < end) e[b] = w.load(first + 32 * b);
         }
+        double t[kBatch];  // every weight first, then every term: their chains overlap
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           const std::int32_t i = first + 32 * b;
-          if (i >= end) break;
-          visit(e[b]);
-          s.add(w(e[b], i) * c.scale);
+          if (i < end) visit(e[b]);
+          t[b] = i < end ? w(e[b], i) * c.scale : 0.0;
         }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) s.add(t[b]);
       }
       const core::FixedSum chunk_sum = warp_fixed_sum(s.sum());
       if (lane == 0) t_.chunks.set(k, chunk_sum);
@@ -240,11 +242,14 @@ class BlockDraw {
         for (int k = 0; k < kTiles; ++k) {
           if (first + 32 * k < piece_end) e[k] = w.load(first + 32 * k);
         }
+        double t[kTiles];
 #pragma unroll
         for (int k = 0; k < kTiles; ++k) {
           const std::int32_t i = first + 32 * k;
-          if (i < piece_end) s.add(w(e[k], i) * scale);
+          t[k] = i < piece_end ? w(e[k], i) * scale : 0.0;
         }
+#pragma unroll
+        for (int k = 0; k < kTiles; ++k) s.add(t[k]);
       }
       const core::FixedSum piece_sum = warp_fixed_sum(s.sum());
       if (lane == 0) t_.pieces.set(warp, piece_sum);
