@@ -6,7 +6,7 @@
 #   CUDA), and write report.md and report.json with every step's log into one folder.
 #
 #   tools/gpu_check.sh [--out DIR] [--build-dir DIR] [--no-build] [--jobs N] [--python PY] [--quick]
-#                      [--step-timeout S] [--sanitize-timeout S] [--sanitize-filter F]
+#                      [--step-timeout S] [--sanitize-timeout S] [--sanitize-filter F] [--racecheck-filter F]
 #
 #   --out DIR        report folder (default gpu_check_report/<UTC date-time>)
 #   --build-dir DIR  build folder (default build/gpu-check); an existing one is reused
@@ -17,7 +17,9 @@
 #   --step-timeout S a step that runs longer than S seconds is stopped and reported as timed out,
 #                    so one slow step (a sanitizer on a long suite) still leaves a report (default: none)
 #   --sanitize-timeout S  the same for each sanitizer run (default: the step timeout)
-#   --sanitize-filter F   the gtest filter the sanitizer runs use (default: every test)
+#   --sanitize-filter F   the gtest filter memcheck and synccheck use (default: every test)
+#   --racecheck-filter F  the gtest filter racecheck uses (default: one test of each kernel family;
+#                    racecheck checks every shared-memory access and ran over 20 s on one such test)
 #
 # Exit status: 0 when every step passed; 1 when a step failed; 2 when no CUDA device was found
 # (everything is still built, and the steps that need a device are reported as "no device").
@@ -27,6 +29,7 @@ ROOT=$PWD
 
 OUT="" BUILD="build/gpu-check" BUILD_STEPS=1 JOBS=$(nproc 2>/dev/null || echo 4) PY=python3 QUICK=0
 STEP_TIMEOUT=0 SANITIZE_TIMEOUT="" SANITIZE_FILTER="*"
+RACECHECK_FILTER="CpuMatch.EveryRuleGivesTheCpuTokens:SplitRows.ABadValueIsReportedAsByOneBlock:TreeOutputs.*:LogitsCpuMatch.OneHotDrafts:LogitsBadInput.NaNTargetLogitIsNamed"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
     --step-timeout) STEP_TIMEOUT=$2; shift 2 ;;
     --sanitize-timeout) SANITIZE_TIMEOUT=$2; shift 2 ;;
     --sanitize-filter) SANITIZE_FILTER=$2; shift 2 ;;
+    --racecheck-filter) RACECHECK_FILTER=$2; shift 2 ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 64 ;;
   esac
@@ -147,8 +151,10 @@ for t in "${CUDA_TESTS[@]}"; do
   [ -x "$bin" ] && [ $DEVICE -eq 1 ] || continue
   for tool in memcheck racecheck synccheck; do
     if ! command -v compute-sanitizer > /dev/null; then skip "$t.$tool" "no compute-sanitizer"; continue; fi
+    filter=$SANITIZE_FILTER
+    [ $tool = racecheck ] && filter=$RACECHECK_FILTER
     STEP_TIMEOUT=$SANITIZE_TIMEOUT step "$t.$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin" \
-      --gtest_brief=1 --gtest_filter="$SANITIZE_FILTER"
+      --gtest_brief=1 --gtest_filter="$filter"
   done
 done
 
