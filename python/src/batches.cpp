@@ -116,7 +116,7 @@ ChainBatch<float> PyChainBatch::view() {
 }
 
 PyTreeBatch::PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
-                         py::handle draft, Drafted drafted_)
+                         py::handle draft, Drafted drafted_, py::handle shard_, py::handle vocab_size_)
     : offsets(node_offsets, tokens, "node_offsets"),
       parents(as_parents(parents_, offsets)),
       drafted(drafted_),
@@ -128,11 +128,12 @@ PyTreeBatch::PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handl
                         ", laid out like target_probs", true);
   expect_row_length(draft_probs, "draft_probs", vocab_size,
                     "its rows must be as long as target_probs' (V = " + std::to_string(vocab_size) + ")");
+  take_shard(shard_, vocab_size_, vocab_size, "target_probs", shard, global_vocab);
 }
 
 PyTreeBatch PyTreeBatch::fresh() const {
   return {offsets.offsets.source, parents.source, offsets.draft_tokens.source, target_probs.source,
-          source_or_none(draft_probs), drafted};
+          source_or_none(draft_probs), drafted, py::cast(shard), py::int_(global_vocab)};
 }
 
 std::vector<Extent> PyTreeBatch::inputs() const {
@@ -145,7 +146,7 @@ TreeBatch<float> PyTreeBatch::view() {
   offsets.snapshot();
   TreeBatch<float> b;
   b.batch_size = batch_size;
-  b.vocab_size = vocab_size;
+  b.vocab_size = global_vocab;
   b.node_offsets = offsets.data();
   b.parents = snapshot(parents, parents_copy);
   b.draft_tokens = offsets.tokens();
@@ -154,6 +155,7 @@ TreeBatch<float> PyTreeBatch::view() {
   b.target_stride = target_probs.row_stride();
   b.draft_stride = draft_probs.present() ? draft_probs.row_stride() : 0;
   b.drafted = drafted;
+  b.shard = shard;
   return b;
 }
 
@@ -367,7 +369,8 @@ PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents
                                      py::handle unconditional_first_row, py::handle guidance_scale,
                                      py::handle allowed_tokens, py::handle history_offsets,
                                      py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
-                                     py::handle bias_tokens, py::handle bias_values)
+                                     py::handle bias_tokens, py::handle bias_values, py::handle shard_,
+                                     py::handle vocab_size_)
     : offsets(node_offsets, tokens, "node_offsets"),
       parents(as_parents(parents_, offsets)),
       target_logits(as_rows(target, "target_logits", drafts() + offsets.batch_size,
@@ -381,10 +384,13 @@ PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents
       fields(target_params, draft_params, draft_to_target, unconditional_logits, unconditional_first_row,
              guidance_scale, allowed_tokens, history_offsets, history_tokens, history_counts, bias_offsets,
              bias_tokens, bias_values, offsets.batch_size, as_int32(target_logits.shape[1], "vocab size"),
-             drafts() + offsets.batch_size, target_logits.elem, as_int32(target_logits.shape[1], "vocab size")),
+             drafts() + offsets.batch_size, target_logits.elem,
+             vocab_size_.is_none() ? as_int32(target_logits.shape[1], "vocab size")
+                                   : as_int32(vocab_size_.cast<std::int64_t>(), "vocab_size")),
       batch_size(offsets.batch_size),
       vocab_size(static_cast<std::int32_t>(target_logits.shape[1])) {
   expect_draft_length(draft_logits, fields, vocab_size);
+  take_shard(shard_, vocab_size_, vocab_size, "target_logits", shard, global_vocab);
 }
 
 PyLogitsTreeBatch PyLogitsTreeBatch::fresh() const {
@@ -395,7 +401,7 @@ PyLogitsTreeBatch PyLogitsTreeBatch::fresh() const {
           source_or_none(fields.allowed_tokens), source_or_none(fields.history.offsets),
           source_or_none(fields.history.entries.tokens), source_or_none(fields.history.entries.values),
           source_or_none(fields.bias.offsets), source_or_none(fields.bias.entries.tokens),
-          source_or_none(fields.bias.entries.values)};
+          source_or_none(fields.bias.entries.values), py::cast(shard), py::int_(global_vocab)};
 }
 
 std::vector<Extent> PyLogitsTreeBatch::inputs() const {
@@ -412,7 +418,7 @@ RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::view() {
   offsets.snapshot();
   return of_row_type<LogitsTreeBatch>(target_logits.elem, [&](auto& b) {
     b.batch_size = batch_size;
-    b.vocab_size = vocab_size;
+    b.vocab_size = global_vocab;
     b.node_offsets = offsets.data();
     b.parents = snapshot(parents, parents_copy);
     b.draft_tokens = offsets.tokens();
@@ -422,6 +428,7 @@ RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::view() {
     b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
     b.drafted = drafted;
     fields.fill(b, offsets);
+    b.shard = shard;
   });
 }
 

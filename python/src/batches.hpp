@@ -135,12 +135,14 @@ struct PyTreeBatch {
   Array parents, target_probs, draft_probs;
   Drafted drafted;
   std::int32_t batch_size = 0;
-  std::int32_t vocab_size = 0;
+  std::int32_t vocab_size = 0;  // the rows' length: this rank's slice where the batch is sharded
+  VocabShard shard{};
+  std::int32_t global_vocab = 0;  // V of a sharded batch (the rows hold shard.local_vocab_size)
 
   std::vector<std::int32_t> parents_copy;
 
   PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
-              py::handle draft, Drafted drafted_);
+              py::handle draft, Drafted drafted_, py::handle shard_ = py::none(), py::handle vocab_size_ = py::none());
   std::int64_t drafts() const { return offsets.drafts(); }
   PyTreeBatch fresh() const;
   std::vector<Extent> inputs() const;
@@ -263,6 +265,8 @@ struct PyLogitsTreeBatch {
   std::int32_t batch_size = 0;
   std::int32_t vocab_size = 0;
 
+  VocabShard shard{};
+  std::int32_t global_vocab = 0;  // V of a sharded batch (the sliced rows hold shard.local_vocab_size)
   std::vector<std::int32_t> parents_copy;
 
   PyLogitsTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
@@ -270,7 +274,8 @@ struct PyLogitsTreeBatch {
                     py::handle draft_to_target, py::handle unconditional_logits,
                     py::handle unconditional_first_row, py::handle guidance_scale, py::handle allowed_tokens,
                     py::handle history_offsets, py::handle history_tokens, py::handle history_counts,
-                    py::handle bias_offsets, py::handle bias_tokens, py::handle bias_values);
+                    py::handle bias_offsets, py::handle bias_tokens, py::handle bias_values,
+                    py::handle shard_ = py::none(), py::handle vocab_size_ = py::none());
   std::int64_t drafts() const { return offsets.drafts(); }
   PyLogitsTreeBatch fresh() const;
   std::vector<Extent> inputs() const;

@@ -200,10 +200,13 @@ void bind_module(py::module_& m) {
                                "draft_tokens: int32 [N]; target_probs: float32 [N+B, V] (sequence b's rows\n"
                                "start at node_offsets[b] + b: p at the root, then p after each node);\n"
                                "draft_probs: float32 [N+B, V] laid out alike (the q each node's children were\n"
-                               "drafted from), or None for Drafted.deterministic; drafted: a Drafted.");
-  tree.def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, Drafted>(), py::kw_only(),
-           "node_offsets"_a, "parents"_a, "draft_tokens"_a, "target_probs"_a, "draft_probs"_a = py::none(),
-           "drafted"_a = Drafted::sampled)
+                               "drafted from), or None for Drafted.deterministic; drafted: a Drafted;\n"
+                               "shard: a VocabShard or None, vocab_size: V where the rows hold a shard's slice.");
+  tree.def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, Drafted, py::handle, py::handle>(),
+           py::kw_only(), "node_offsets"_a, "parents"_a, "draft_tokens"_a, "target_probs"_a,
+           "draft_probs"_a = py::none(), "drafted"_a = Drafted::sampled, "shard"_a = py::none(),
+           "vocab_size"_a = py::none())
+      .def_property_readonly("shard", [](const PyTreeBatch& b) { return b.shard; })
       .def_readonly("drafted", &PyTreeBatch::drafted)
       .def_property_readonly("node_offsets", &offsets_source<PyTreeBatch>)
       .def_property_readonly("parents", [](const PyTreeBatch& b) { return b.parents.source; })
@@ -248,14 +251,15 @@ void bind_module(py::module_& m) {
   logits_tree
       .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, Drafted, py::handle, py::handle,
                     py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle,
-                    py::handle, py::handle, py::handle>(),
+                    py::handle, py::handle, py::handle, py::handle, py::handle>(),
            py::kw_only(), "node_offsets"_a, "parents"_a, "draft_tokens"_a, "target_logits"_a,
            "draft_logits"_a = py::none(), "drafted"_a = Drafted::sampled, "target_params"_a,
            "draft_params"_a = py::none(), "draft_to_target"_a = py::none(), "unconditional_logits"_a = py::none(),
            "unconditional_first_row"_a = py::none(), "guidance_scale"_a = py::none(),
            "allowed_tokens"_a = py::none(), "history_offsets"_a = py::none(), "history_tokens"_a = py::none(),
            "history_counts"_a = py::none(), "bias_offsets"_a = py::none(), "bias_tokens"_a = py::none(),
-           "bias_values"_a = py::none())
+           "bias_values"_a = py::none(), "shard"_a = py::none(), "vocab_size"_a = py::none())
+      .def_property_readonly("shard", [](const PyLogitsTreeBatch& b) { return b.shard; })
       .def_readonly("drafted", &PyLogitsTreeBatch::drafted)
       .def_property_readonly("node_offsets", &offsets_source<PyLogitsTreeBatch>)
       .def_property_readonly("parents", [](const PyLogitsTreeBatch& b) { return b.parents.source; })
@@ -348,8 +352,16 @@ void bind_module(py::module_& m) {
         "draft rows over a reduced draft vocabulary whole on every rank.");
   m.def("verify", &verify_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "max_threads"_a = 0);
+  m.def("verify", &verify_trees_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
+        "all_gather"_a, "max_threads"_a = 0,
+        "verify(..., all_gather=fn) over this rank's slice of a sharded TreeBatch (batch.shard), every rule\n"
+        "that decides draft by draft (Traversal over a sharded tree: TypeError, not supported yet).");
   m.def("verify", &verify_logits_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "max_threads"_a = 0);
+  m.def("verify", &verify_logits_trees_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
+        "all_gather"_a, "max_threads"_a = 0,
+        "verify(..., all_gather=fn) over this rank's slice of a sharded LogitsTreeBatch (batch.shard), sliced\n"
+        "as a sharded LogitsChainBatch is.");
   // Anything else: say which pairs go together, rather than pybind11's list of signatures.
   m.def(
       "verify",

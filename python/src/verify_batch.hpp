@@ -103,6 +103,14 @@ VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, co
 VerifyStats verify_logits_chains_sharded(py::handle rule, const PyLogitsChainBatch& batch,
                                          const PyRandomness& randomness, const PyChainOutput& out,
                                          const py::function& all_gather, const py::int_& max_threads);
+/// verify(..., all_gather=fn) over a sharded TreeBatch (every rule but Traversal: TypeError).
+VerifyStats verify_trees_sharded(py::handle rule, const PyTreeBatch& batch, const PyRandomness& randomness,
+                                 const PyTreeOutput& out, const py::function& all_gather,
+                                 const py::int_& max_threads);
+/// verify(..., all_gather=fn) over a sharded LogitsTreeBatch.
+VerifyStats verify_logits_trees_sharded(py::handle rule, const PyLogitsTreeBatch& batch,
+                                        const PyRandomness& randomness, const PyTreeOutput& out,
+                                        const py::function& all_gather, const py::int_& max_threads);
 
 /// Binds _verify_padded and _accept_uniforms, the C++ half of specverify.padded.
 void bind_padded(py::module_& m);

@@ -1,10 +1,10 @@
-// verify(..., all_gather=fn) over a sharded ChainBatch or LogitsChainBatch (API.md "Sharded
-// vocabulary"): fn(send) takes this rank's message as a 1-D uint8 NumPy array and returns every
+// verify(..., all_gather=fn) over a sharded batch of any kind (API.md "Sharded vocabulary"): fn(send) takes this rank's message as a 1-D uint8 NumPy array and returns every
 // rank's, concatenated in rank order, so torch.distributed or mpi4py can serve.
 #include <pybind11/numpy.h>
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 
 #include "verify_batch.hpp"
@@ -35,14 +35,23 @@ struct PyCommunicator {
 };
 
 /// verify_batch_with over this rank's slice, the ranks gathered by all_gather.
-template <class PyBatch>
+template <class PyBatch, class PyOut>
 VerifyStats verify_sharded(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
-                           const PyChainOutput& out, const py::function& all_gather, const py::int_& max_threads) {
+                           const PyOut& out, const py::function& all_gather, const py::int_& max_threads) {
+  if (PyBatch::kShape == Shape::tree && py::isinstance<Traversal>(rule)) {
+    throw py::type_error("specverify: Traversal over a sharded tree is not supported yet (it shards on chains); "
+                         "verify the tree unsharded");
+  }
   const PyCommunicator comm{&all_gather, std::max(1, batch.shard.ranks)};
   return verify_batch_with(rule, batch, randomness, out, max_threads,
-                           [&](const auto& cpp_rule, const auto& rows, const Randomness& r, const ChainOutput& o,
+                           [&](const auto& cpp_rule, const auto& rows, const Randomness& r, const auto& o,
                                const CpuOptions& options) -> VerifyStats {
-                             return specverify::verify(cpp_rule, rows, r, o, comm, options);
+                             using CppRule = std::decay_t<decltype(cpp_rule)>;
+                             if constexpr (PyBatch::kShape == Shape::tree && std::is_same_v<CppRule, Traversal>) {
+                               throw std::logic_error("unreachable: refused above");
+                             } else {
+                               return specverify::verify(cpp_rule, rows, r, o, comm, options);
+                             }
                            });
 }
 
@@ -57,6 +66,18 @@ VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, co
 VerifyStats verify_logits_chains_sharded(py::handle rule, const PyLogitsChainBatch& batch,
                                          const PyRandomness& randomness, const PyChainOutput& out,
                                          const py::function& all_gather, const py::int_& max_threads) {
+  return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
+}
+
+VerifyStats verify_trees_sharded(py::handle rule, const PyTreeBatch& batch, const PyRandomness& randomness,
+                                 const PyTreeOutput& out, const py::function& all_gather,
+                                 const py::int_& max_threads) {
+  return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
+}
+
+VerifyStats verify_logits_trees_sharded(py::handle rule, const PyLogitsTreeBatch& batch,
+                                        const PyRandomness& randomness, const PyTreeOutput& out,
+                                        const py::function& all_gather, const py::int_& max_threads) {
   return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
 }
 

@@ -28,6 +28,14 @@ def _logits_case(seed, B, V, K, rule, dtype=np.float32, one_hot=False):
     draft = target[[offsets[b] + b + d for b in range(B) for d in range(lengths[b])]] + rng.normal(0.0, 0.5, (N, V))
     tokens = np.array([rng.choice(np.argsort(r)[-3:]) if rng.random() < 0.7 else rng.integers(V) for r in draft],
                       np.int32)
+    return {"B": B, "V": V, "K": K, "offsets": offsets, "tokens": tokens, "rule": rule,
+            "target": target.astype(dtype), "draft": None if one_hot else draft.astype(dtype),
+            **_logits_fields(rng, B, V, N + B, offsets, dtype)}
+
+
+def _logits_fields(rng, B, V, rows, offsets, dtype):
+    """What a logits batch adds to its layout: sampling parameters, a bitmask over `rows` target
+    rows, guidance on every other sequence, a history and a bias."""
     params = {"temperature": rng.choice([0.0, 0.8, 1.0], B).astype(np.float32),
               "top_k": rng.choice([0, 5, 40], B).astype(np.int32),
               "top_p": rng.choice([1.0, 0.9], B).astype(np.float32),
@@ -36,13 +44,12 @@ def _logits_case(seed, B, V, K, rule, dtype=np.float32, one_hot=False):
               "presence_penalty": rng.choice([0.0, 0.5], B).astype(np.float32),
               "frequency_penalty": rng.choice([0.0, 0.2], B).astype(np.float32)}
     words = (V + 31) // 32
-    allowed = rng.integers(0, 2**32, size=(N + B, words), dtype=np.uint64).astype(np.uint32)
-    allowed |= rng.integers(0, 2**32, size=(N + B, words), dtype=np.uint64).astype(np.uint32)
+    allowed = rng.integers(0, 2**32, size=(rows, words), dtype=np.uint64).astype(np.uint32)
+    allowed |= rng.integers(0, 2**32, size=(rows, words), dtype=np.uint64).astype(np.uint32)
     history = [np.sort(rng.choice(V, size=min(V, 20), replace=False)).astype(np.int32) for _ in range(B)]
     bias = [rng.choice(V, size=min(V, 4), replace=False).astype(np.int32) for _ in range(B)]
-    return {"B": B, "V": V, "K": K, "offsets": offsets, "tokens": tokens, "rule": rule, "logits": True,
-            "target": target.astype(dtype), "draft": None if one_hot else draft.astype(dtype), "params": params,
-            "allowed": allowed, "unconditional": rng.normal(0.0, 3.0, size=(N + B, V)).astype(dtype),
+    return {"logits": True, "params": params,
+            "allowed": allowed, "unconditional": rng.normal(0.0, 3.0, size=(rows, V)).astype(dtype),
             "first_row": np.array([offsets[b] + b if b % 2 == 0 else -1 for b in range(B)], np.int64),
             "guidance": np.full(B, 1.5, np.float32),
             "history_offsets": np.concatenate([[0], np.cumsum([len(h) for h in history])]).astype(np.int32),
@@ -50,6 +57,53 @@ def _logits_case(seed, B, V, K, rule, dtype=np.float32, one_hot=False):
                 [rng.integers(0, 3, len(h)) for h in history]).astype(np.int32),
             "bias_offsets": np.concatenate([[0], np.cumsum([len(x) for x in bias])]).astype(np.int32),
             "bias_tokens": np.concatenate(bias), "bias_values": rng.normal(0.0, 2.0, 4 * B).astype(np.float32)}
+
+
+def _tree_case(seed, B, V, nodes, rule, drafted, logits=False, dtype=np.float32):
+    """Random trees of up to `nodes` nodes per sequence (siblings distinct), rows independent of
+    each other so that most children are rejected and residuals after rejected siblings are drawn
+    from; rows of probabilities, or of logits with every field of _logits_fields."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, nodes + 1, size=B)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    N, rows = int(offsets[-1]), int(offsets[-1]) + B
+    if logits:
+        p = np.round(rng.normal(0.0, 3.0, size=(rows, V)) * 2.0) / 2.0
+        q = p + rng.normal(0.0, 1.0, size=(rows, V))
+        weights = np.exp(q - q.max(axis=1, keepdims=True))
+    else:
+        p = rng.gamma(0.3, size=(rows, V)).astype(np.float32)
+        p /= p.sum(axis=1, keepdims=True)
+        q = rng.gamma(0.3, size=(rows, V)).astype(np.float32)
+        q /= q.sum(axis=1, keepdims=True)
+        weights = q.astype(np.float64)
+    parents, tokens, depth = [], [], []
+    for b in range(B):
+        local_depth, children = [], {}
+        for i in range(int(counts[b])):
+            parent = int(rng.integers(-1, i))
+            row = offsets[b] + b + parent + 1  # the row the node was drafted from: its parent's
+            taken = children.setdefault(parent, [])
+            w = weights[row].copy()
+            w[taken] = 0.0
+            token = int(rng.choice(V, p=w / w.sum())) if w.sum() > 0 else int(rng.integers(V))
+            while token in taken:
+                token = int(rng.integers(V))
+            taken.append(token)
+            parents.append(parent)
+            tokens.append(token)
+            local_depth.append(1 if parent < 0 else local_depth[parent] + 1)
+        depth += local_depth
+    case = {"B": B, "V": V, "K": max(depth, default=0), "tree": True, "drafted": drafted,
+            "offsets": offsets, "parents": np.array(parents, np.int32), "tokens": np.array(tokens, np.int32),
+            "rule": rule}
+    deterministic = drafted == "deterministic"
+    if logits:
+        case.update(target=p.astype(dtype), draft=None if deterministic else q.astype(dtype),
+                    **_logits_fields(rng, B, V, rows, offsets, dtype))
+    else:
+        case.update(p=p, q=None if deterministic else q)
+    return case
 
 
 CASES = {
@@ -65,6 +119,11 @@ CASES = {
     "logits_block": _logits_case(10, 4, 300, 4, "block"),
     "traversal": _case(11, 5, 200, 5, "traversal"),
     "logits_traversal": _logits_case(12, 4, 300, 4, "traversal"),
+    "tree_standard": _tree_case(13, 5, 200, 7, "standard", "sampled"),
+    "tree_coupled_without_replacement": _tree_case(14, 4, 150, 6, "coupled", "sampled_without_replacement"),
+    "tree_greedy_deterministic": _tree_case(15, 4, 100, 5, "greedy", "deterministic"),
+    "logits_tree_standard": _tree_case(16, 4, 300, 6, "standard", "sampled_without_replacement", logits=True),
+    "logits_tree_float16_fsd_js": _tree_case(17, 3, 257, 5, "fsd_js", "sampled", logits=True, dtype=np.float16),
 }
 
 
@@ -83,11 +142,15 @@ def rule_of(sv, name):
 
 def run(sv, case, lo, hi, rank, ranks, all_gather):
     """Verifies columns [lo, hi) of `case`'s rows (all of them with all_gather None, unsharded)."""
-    B, K = case["B"], case["K"]
+    B, K, tree = case["B"], case["K"], case.get("tree", False)
     tokens = np.full((B, K + 1), 777, np.int32)
     accepted = np.full(B, 777, np.int32)
     logprobs = np.full((B, K + 1), 0.5, np.float32)
-    out = sv.ChainOutput(tokens=tokens, num_accepted=accepted, logprobs=logprobs)
+    nodes = np.full((B, K + 1), 777, np.int32)
+    if tree:
+        out = sv.TreeOutput(tokens=tokens, num_accepted=accepted, accepted_nodes=nodes, logprobs=logprobs)
+    else:
+        out = sv.ChainOutput(tokens=tokens, num_accepted=accepted, logprobs=logprobs)
     randomness = sv.Randomness(seed=99, offset=3, positions=np.arange(B, dtype=np.int64) * 7)
     kwargs = {}
     if all_gather is not None:
@@ -96,22 +159,28 @@ def run(sv, case, lo, hi, rank, ranks, all_gather):
     def cols(rows):
         return None if rows is None else np.ascontiguousarray(rows[:, lo:hi])
 
+    if tree:
+        layout = {"node_offsets": case["offsets"], "parents": case["parents"], "draft_tokens": case["tokens"],
+                  "drafted": getattr(sv.Drafted, case["drafted"])}
+    else:
+        layout = {"draft_offsets": case["offsets"], "draft_tokens": case["tokens"]}
     if case.get("logits"):
-        batch = sv.LogitsChainBatch(
-            draft_offsets=case["offsets"], draft_tokens=case["tokens"], target_logits=cols(case["target"]),
-            draft_logits=cols(case["draft"]), target_params=sv.sampling_params(B, **case["params"]),
+        make = sv.LogitsTreeBatch if tree else sv.LogitsChainBatch
+        batch = make(
+            target_logits=cols(case["target"]), draft_logits=cols(case["draft"]),
+            target_params=sv.sampling_params(B, **case["params"]),
             allowed_tokens=case["allowed"], unconditional_logits=cols(case["unconditional"]),
             unconditional_first_row=case["first_row"], guidance_scale=case["guidance"],
             history_offsets=case["history_offsets"], history_tokens=case["history_tokens"],
             history_counts=case["history_counts"], bias_offsets=case["bias_offsets"],
-            bias_tokens=case["bias_tokens"], bias_values=case["bias_values"], **kwargs)
+            bias_tokens=case["bias_tokens"], bias_values=case["bias_values"], **layout, **kwargs)
     else:
-        batch = sv.ChainBatch(draft_offsets=case["offsets"], draft_tokens=case["tokens"],
-                              target_probs=cols(case["p"]), draft_probs=cols(case["q"]), **kwargs)
+        make = sv.TreeBatch if tree else sv.ChainBatch
+        batch = make(target_probs=cols(case["p"]), draft_probs=cols(case["q"]), **layout, **kwargs)
     rule = rule_of(sv, case["rule"])
     if all_gather is None:
         stats = sv.verify(rule, batch, randomness, out)
     else:
         stats = sv.verify(rule, batch, randomness, out, all_gather=all_gather)
-    return {"tokens": tokens, "accepted": accepted, "logprobs": logprobs,
+    return {"tokens": tokens, "accepted": accepted, "logprobs": logprobs, "nodes": nodes,
             "stats": np.array([stats.drafted, stats.accepted, stats.relaxed, stats.target_checked])}

@@ -1,6 +1,7 @@
 """The sharded verify from Python (API.md "Sharded vocabulary"): verify(..., all_gather=fn) on each
-rank's slice gives every rank the unsharded verify's outputs, bit for bit, with ranks as threads (a
-gather over a barrier), as processes over torch.distributed (gloo), and over mpi4py."""
+rank's slice of chains and trees gives every rank the unsharded verify's outputs, bit for bit, with
+ranks as threads (a gather over a barrier), as processes over torch.distributed (gloo), and over
+mpi4py."""
 import os
 import shutil
 import socket
@@ -24,7 +25,7 @@ def unsharded(case):
 
 
 def expect_same(got, want, where):
-    for key in ("tokens", "accepted", "logprobs", "stats"):
+    for key in ("tokens", "accepted", "logprobs", "nodes", "stats"):
         assert got[key].tobytes() == want[key].tobytes(), f"{where}: {key} {got[key]} != {want[key]}"
 
 
@@ -74,7 +75,7 @@ def check_saved(out_dir, ranks):
     for r in range(ranks):
         saved = np.load(os.path.join(out_dir, f"rank{r}.npz"))
         for name, case in CASES.items():
-            got = {k: saved[f"{name}/{k}"] for k in ("tokens", "accepted", "logprobs", "stats")}
+            got = {k: saved[f"{name}/{k}"] for k in ("tokens", "accepted", "logprobs", "nodes", "stats")}
             expect_same(got, unsharded(case), f"{name}, rank {r} of {ranks}")
 
 
@@ -137,6 +138,17 @@ def test_rows_must_hold_the_slice():
         sv.ChainBatch(draft_offsets=case["offsets"], draft_tokens=case["tokens"], target_probs=case["p"][:, :10],
                       shard=sv.VocabShard(rank=0, ranks=2, vocab_start=0, local_vocab_size=11),
                       vocab_size=case["V"])
+
+
+def test_traversal_over_a_sharded_tree_is_refused_by_name():
+    case = CASES["tree_standard"]
+    batch = sv.TreeBatch(node_offsets=case["offsets"], parents=case["parents"], draft_tokens=case["tokens"],
+                         target_probs=case["p"], draft_probs=case["q"],
+                         shard=sv.VocabShard(rank=0, ranks=1, vocab_start=0, local_vocab_size=case["V"]))
+    width = case["K"] + 1
+    out = sv.TreeOutput(tokens=np.zeros((case["B"], width), np.int32), num_accepted=np.zeros(case["B"], np.int32))
+    with pytest.raises(TypeError, match="Traversal over a sharded tree"):
+        sv.verify(sv.Traversal(), batch, sv.Randomness(seed=1), out, all_gather=lambda send: send)
 
 
 def test_the_unsharded_verify_refuses_a_slice():

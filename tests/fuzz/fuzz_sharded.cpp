@@ -1,15 +1,15 @@
 // libFuzzer target: the sharded verify against the unsharded one on whatever bytes come in.
 //
 // The input decodes into a chain or tree batch (B, V, ragged drafts or random trees drafted any
-// way, tokens, one-hot or not, rows drawn
-// from a palette of ordinary, edge and invalid values: NaN, inf, negative, subnormal, huge and tiny),
-// a rule, and a split of [0, V) over 1 to 5 ranks (uneven, empty slices allowed), each rank's rows
-// copied to their own buffers sized exactly to the slice, so ASan sees any read past them. Ranks run
-// as threads over a ThreadGroup. Half the inputs are batches of logits instead (values with ties,
-// -inf, NaN and +inf; per-sequence sampling parameters; a bitmask, guidance, penalties and a bias). The invariants (API.md "Sharded vocabulary"): every rank returns
-// or throws the same; where the unsharded verify succeeds on input every pass of the sharded one
-// reads as valid, the outputs are bit for bit the unsharded ones; where either throws, no output
-// changed.
+// way, tokens, one-hot or not, rows drawn from a palette of ordinary, edge and invalid values: NaN,
+// inf, negative, subnormal, huge and tiny), a rule, and a split of [0, V) over 1 to 5 ranks (uneven,
+// empty slices allowed), each rank's rows copied to their own buffers sized exactly to the slice, so
+// ASan sees any read past them. Ranks run as threads over a ThreadGroup. Half the inputs, chains and
+// trees, are batches of logits instead (values with ties, -inf, NaN and +inf; per-sequence sampling
+// parameters; a bitmask, guidance, penalties and a bias). The invariants (API.md "Sharded
+// vocabulary"): every rank returns or throws the same; where the unsharded verify succeeds on input
+// every pass of the sharded one reads as valid, the outputs are bit for bit the unsharded ones; where
+// either throws, no output changed.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -132,13 +132,19 @@ SamplingParams fuzzed_params(FuzzedDataProvider& in, std::int32_t V) {
   return p;
 }
 
-/// As run() below over rows of logits.
-template <class Rule, class Capture>
-void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::int32_t V, bool one_hot, const std::vector<std::int32_t>& offsets, const std::vector<std::int32_t>& tokens,
-                const std::vector<std::int32_t>& cuts, const Randomness& randomness, Capture capture) {
-  const std::int32_t N = offsets.back(), ranks = static_cast<std::int32_t>(cuts.size()) - 1;
-  std::vector<float> l(static_cast<std::size_t>(N + B) * V), d(static_cast<std::size_t>(N) * V),
-      u(static_cast<std::size_t>(N + B) * V);
+const std::int32_t* first_drafts(const LogitsChainBatch<float>& batch) { return batch.draft_offsets; }
+const std::int32_t* first_drafts(const LogitsTreeBatch<float>& batch) { return batch.node_offsets; }
+
+/// As run() and run_tree() below over rows of logits: `whole_batch` holds the layout (chain or
+/// tree), `rows` target rows, `q_rows` draft rows; `with_q`: draft rows are given (not one-hot or
+/// deterministic drafts), also where there are none (a chain without drafts).
+template <class Rule, class Batch, class Capture>
+void run_logits(const Rule& rule, FuzzedDataProvider& in, Batch whole_batch, std::int32_t rows, std::int32_t q_rows,
+                bool with_q, const Split& split, Capture capture) {
+  const std::int32_t B = whole_batch.batch_size, V = whole_batch.vocab_size;
+  const std::int32_t ranks = static_cast<std::int32_t>(split.cuts.size()) - 1;
+  std::vector<float> l(static_cast<std::size_t>(rows) * V), d(static_cast<std::size_t>(q_rows) * V),
+      u(static_cast<std::size_t>(rows) * V);
   for (auto& v : l) v = edge_logit(in);
   for (auto& v : d) v = edge_logit(in);
   const bool guided = in.ConsumeBool(), masked = in.ConsumeBool(), listed = in.ConsumeBool();
@@ -148,11 +154,13 @@ void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::i
   std::vector<SamplingParams> target(static_cast<std::size_t>(B)), draft(static_cast<std::size_t>(B));
   for (auto& p : target) p = fuzzed_params(in, V);
   for (auto& p : draft) p = fuzzed_params(in, V);
+  // Sequence b's rows start at row (its first draft) + b in both layouts.
+  const std::int32_t* firsts = first_drafts(whole_batch);
   std::vector<std::int64_t> first_row(static_cast<std::size_t>(B));
   std::vector<float> scales(static_cast<std::size_t>(B), 1.5f);
-  for (std::int32_t b = 0; b < B; ++b) first_row[b] = in.ConsumeBool() ? offsets[b] + b : -1;
+  for (std::int32_t b = 0; b < B; ++b) first_row[b] = in.ConsumeBool() ? firsts[b] + b : -1;
   const std::int32_t words = (V + 31) / 32;
-  std::vector<std::uint32_t> allowed(static_cast<std::size_t>(N + B) * words);
+  std::vector<std::uint32_t> allowed(static_cast<std::size_t>(rows) * words);
   for (auto& w : allowed) w = in.ConsumeIntegral<std::uint32_t>() | in.ConsumeIntegral<std::uint32_t>();
   specverify::testing::PenaltyListArrays lists;
   for (std::int32_t b = 0; b < B; ++b) {
@@ -166,37 +174,35 @@ void run_logits(const Rule& rule, FuzzedDataProvider& in, std::int32_t B, std::i
     }
     lists.end_sequence();
   }
-  const auto fill = [&](LogitsChainBatch<float>& batch) {
-    batch.target_params = target.data();
-    batch.draft_params = draft.data();
-    if (guided) {
-      batch.unconditional_first_row = first_row.data();
-      batch.guidance_scale = scales.data();
-    }
-    if (masked) batch.allowed_tokens = allowed.data();
-    if (listed) lists.attach(batch);
-  };
-  // Draft rows are said to be there with a pointer, also where there are none to point at (N = 0),
-  // as the slices below say it (Traversal refuses a batch without draft rows).
-  const float* draft_rows = one_hot ? nullptr : d.empty() ? l.data() : d.data();
-  LogitsChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), l.data(), draft_rows};
-  fill(whole_batch);
+  whole_batch.target_params = target.data();
+  whole_batch.draft_params = draft.data();
+  if (guided) {
+    whole_batch.unconditional_first_row = first_row.data();
+    whole_batch.guidance_scale = scales.data();
+  }
+  if (masked) whole_batch.allowed_tokens = allowed.data();
+  if (listed) lists.attach(whole_batch);
+  // Draft rows are said to be there with a pointer, also where there are none to point at, as the
+  // slices below say it (Traversal refuses a batch without draft rows).
+  Batch rank_batch = whole_batch;  // the parameters and lists, before the rows
+  whole_batch.target_logits = l.data();
+  whole_batch.draft_logits = !with_q ? nullptr : d.empty() ? l.data() : d.data();
   if (guided) whole_batch.unconditional_logits = u.data();
-  const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
+  const Result whole = capture([&](const auto& out) { return verify(rule, whole_batch, split.randomness, out); });
 
   std::vector<std::vector<float>> ls(static_cast<std::size_t>(ranks)), ds(ls), us(ls);
   expect_ranks(rule, ranks, [&](std::int32_t k) {
-    const std::int32_t start = cuts[k], size = cuts[k + 1] - cuts[k];
-    ls[k] = slice_of(l, V, N + B, start, size);
-    ds[k] = slice_of(d, V, N, start, size);
-    us[k] = slice_of(u, V, N + B, start, size);
-    LogitsChainBatch<float> batch{B, V, offsets.data(), tokens.data(), size ? ls[k].data() : nullptr, nullptr};
-    if (!one_hot && size) batch.draft_logits = ds[k].empty() ? ls[k].data() : ds[k].data();
-    fill(batch);
+    const std::int32_t start = split.cuts[k], size = split.cuts[k + 1] - split.cuts[k];
+    ls[k] = slice_of(l, V, rows, start, size);
+    ds[k] = slice_of(d, V, q_rows, start, size);
+    us[k] = slice_of(u, V, rows, start, size);
+    Batch batch = rank_batch;
+    batch.target_logits = size ? ls[k].data() : nullptr;
+    batch.draft_logits = with_q && size ? (ds[k].empty() ? ls[k].data() : ds[k].data()) : nullptr;
     if (guided && size) batch.unconditional_logits = us[k].data();
     batch.shard = {k, ranks, start, size};
     return batch;
-  }, randomness, whole, capture);
+  }, split.randomness, whole, capture);
 }
 
 template <class Rule>
@@ -232,7 +238,10 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
     }
     return r;
   };
-  if (logits) return run_logits(rule, in, B, V, one_hot, offsets, tokens, cuts, randomness, capture);
+  if (logits) {
+    const LogitsChainBatch<float> batch{B, V, offsets.data(), tokens.data()};
+    return run_logits(rule, in, batch, N + B, N, !one_hot, split, capture);
+  }
   const float* draft_rows = one_hot ? nullptr : q.empty() ? p.data() : q.data();  // as in run_logits
   const ChainBatch<float> whole_batch{B, V, offsets.data(), tokens.data(), p.data(), draft_rows};
   const Result whole = capture([&](const ChainOutput& out) { return verify(rule, whole_batch, randomness, out); });
@@ -250,12 +259,13 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
 }
 
 /// As run() over a batch of trees: up to 6 nodes per sequence under random parents, drafted in any
-/// of the three ways (deterministic: no draft rows).
+/// of the three ways (deterministic: no draft rows), rows of probabilities or of logits.
 template <class Rule>
 void run_tree(const Rule& rule, FuzzedDataProvider& in) {
   const std::int32_t B = in.ConsumeIntegralInRange<std::int32_t>(1, 4);
   const std::int32_t V = in.ConsumeIntegralInRange<std::int32_t>(1, 70);
   const auto how = static_cast<Drafted>(in.ConsumeIntegralInRange<int>(0, 2));
+  const bool logits = in.ConsumeBool();
   std::vector<std::int32_t> offsets{0}, parents, tokens, depth;
   std::int32_t width = 1;
   for (std::int32_t b = 0; b < B; ++b) {
@@ -296,6 +306,11 @@ void run_tree(const Rule& rule, FuzzedDataProvider& in) {
     }
     return r;
   };
+  if (logits) {
+    LogitsTreeBatch<float> batch{B, V, offsets.data(), parents.data(), tokens.data()};
+    batch.drafted = how;
+    return run_logits(rule, in, batch, rows, with_q ? rows : 0, with_q, split, capture);
+  }
   TreeBatch<float> whole_batch{B, V, offsets.data(), parents.data(), tokens.data(), p.data(), with_q ? q.data() : nullptr};
   whole_batch.drafted = how;
   const Result whole = capture([&](const TreeOutput& out) { return verify(rule, whole_batch, randomness, out); });
