@@ -1,5 +1,9 @@
-// verify(..., all_gather=fn) over a sharded batch of any kind (API.md "Sharded vocabulary"): fn(send) takes this rank's message as a 1-D uint8 NumPy array and returns every
-// rank's, concatenated in rank order, so torch.distributed or mpi4py can serve.
+// verify(..., all_gather=fn) over a sharded batch of any kind (API.md "Sharded vocabulary"): fn(send)
+// takes this rank's message as a 1-D uint8 NumPy array and returns every rank's, concatenated in
+// rank order, so torch.distributed or mpi4py can serve. Instantiated by verify_sharded_chains.cpp
+// and verify_sharded_trees.cpp (two translation units, so the module builds in parallel).
+#pragma once
+
 #include <pybind11/numpy.h>
 
 #include <algorithm>
@@ -10,8 +14,6 @@
 #include "verify_batch.hpp"
 
 namespace specverify::python {
-
-namespace {
 
 /// The C++ communicator over a Python callable, called with the GIL (verify runs without it).
 struct PyCommunicator {
@@ -53,32 +55,6 @@ VerifyStats verify_sharded(py::handle rule, const PyBatch& batch, const PyRandom
                                return specverify::verify(cpp_rule, rows, r, o, comm, options);
                              }
                            });
-}
-
-}  // namespace
-
-VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
-                                  const PyChainOutput& out, const py::function& all_gather,
-                                  const py::int_& max_threads) {
-  return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
-}
-
-VerifyStats verify_logits_chains_sharded(py::handle rule, const PyLogitsChainBatch& batch,
-                                         const PyRandomness& randomness, const PyChainOutput& out,
-                                         const py::function& all_gather, const py::int_& max_threads) {
-  return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
-}
-
-VerifyStats verify_trees_sharded(py::handle rule, const PyTreeBatch& batch, const PyRandomness& randomness,
-                                 const PyTreeOutput& out, const py::function& all_gather,
-                                 const py::int_& max_threads) {
-  return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
-}
-
-VerifyStats verify_logits_trees_sharded(py::handle rule, const PyLogitsTreeBatch& batch,
-                                        const PyRandomness& randomness, const PyTreeOutput& out,
-                                        const py::function& all_gather, const py::int_& max_threads) {
-  return verify_sharded(rule, batch, randomness, out, all_gather, max_threads);
 }
 
 }  // namespace specverify::python
