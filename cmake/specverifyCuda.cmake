@@ -48,8 +48,8 @@ install(EXPORT specverifyCudaTargets NAMESPACE specverify:: DESTINATION ${SPECVE
 # then ran over 55 minutes on that -O3 PTX for sm_90, longer than the README's test command and
 # than tools/gpu_check.sh's whole budget. The tests check bits, which the contract makes the same at
 # every optimisation level (they compare with the CPU's), so their device code is optimised at -O1
-# (test_cuda_logits built so passed on an H200). The benchmark measures speed: its device code is
-# optimised fully, except where no GPU was found and it only compiles.
+# (all three CUDA test binaries built so pass on an H200). The benchmark measures speed: its device
+# code is optimised fully, except where no GPU was found and it only compiles.
 option(SPECVERIFY_CUDA_TESTS_O1 "Optimise the CUDA tests' device code at -O1 (NVVM's -O3 takes tens of minutes)" ON)
 option(SPECVERIFY_CUDA_COMPILE_ONLY "Optimise the CUDA benchmark's device code at -O1 too (no GPU: it only compiles)"
        ${specverify_no_gpu})
