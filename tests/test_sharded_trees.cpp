@@ -1,5 +1,5 @@
 // The sharded verify of trees (API.md "Sharded vocabulary") against the unsharded one: every rank's
-// outputs bit for bit those of verify() on the whole rows, for every per-draft rule and every way
+// outputs bit for bit those of verify() on the whole rows, for every rule with a tree form and every way
 // the children were drafted, over probabilities and over logits with every sampling parameter, a
 // bitmask and penalties, ranks 1 to 8 with uneven and empty slices; what is left of p after
 // rejected siblings (its masses, summed over the slices round by round) where it decides; calls and
@@ -259,6 +259,14 @@ void expect_same(const std::string& name, const Rule& rule, const Trees& t, cons
   }
 }
 
+/// Every rule with a tree form: those that decide draft by draft, and Traversal (which needs
+/// children drafted i.i.d. from q: elsewhere every rank throws what the unsharded verify throws).
+template <class Fn>
+void every_tree_rule(const float* scores, Fn check) {
+  sv::testing::sharded::every_tree_rule(scores, check);
+  check("traversal", sv::Traversal{});
+}
+
 enum class Scale { as_drawn, large, tiny };
 
 /// Random trees whose rows are scaled far from 1 (FixedSum's rescaled sums) where asked.
@@ -281,7 +289,7 @@ TEST(ShardedTrees, MatchUnshardedForEveryRuleDraftingAndSplit) {
       for (const std::int32_t V : {7, 300}) {
         const Trees t = trees(6, V, 9, how, scale, rng);
         const Extras extras(t, rng);
-        sv::testing::sharded::every_tree_rule(extras.scores.data(), [&](const std::string& name, const auto& rule) {
+        every_tree_rule(extras.scores.data(), [&](const std::string& name, const auto& rule) {
           expect_same(name + " " + drafted_name(how) + " V=" + std::to_string(V) + " scale " +
                           std::to_string(static_cast<int>(scale)),
                       rule, t, extras, rng);
@@ -303,7 +311,7 @@ TEST(ShardedTrees, LogitsMatchUnshardedForEveryRuleDraftingAndParameter) {
       for (const std::int32_t V : {7, 300}) {
         const LogitTrees l = logit_trees(5, V, how, f, rng);
         const Extras extras(l.t, rng);
-        sv::testing::sharded::every_tree_rule(extras.scores.data(), [&](const std::string& rule_name, const auto& rule) {
+        every_tree_rule(extras.scores.data(), [&](const std::string& rule_name, const auto& rule) {
           const sv::Randomness r = extras.randomness(rng() % 2 == 0);
           const sv::LogitsTreeBatch<float> whole_batch = l.batch();
           const Outcome whole = capture(l.t, [&](const sv::TreeOutput& out) { return sv::verify(rule, whole_batch, r, out); });
@@ -354,6 +362,10 @@ TEST(ShardedTrees, ResidualsAfterRejectedSiblingsMatchUnsharded) {
       const std::string where = std::string(drafted_name(how)) + " V=" + std::to_string(V);
       expect_same("standard " + where, sv::Standard{}, t, extras, rng);
       expect_same("sprinter " + where, sv::Sprinter{0.5f, extras.scores.data()}, t, extras, rng);
+      if (how == sv::Drafted::sampled) {  // its own splits: the trees below are drawn as before
+        std::mt19937_64 splits(31);
+        expect_same("traversal " + where, sv::Traversal{}, t, extras, splits);
+      }
       // The masses decide here: some tokens must come from a residual after absorbed siblings.
       const Outcome whole = unsharded(sv::Standard{}, t, extras.randomness(false));
       ASSERT_TRUE(whole.error.empty()) << whole.error;
@@ -409,6 +421,13 @@ TEST(ShardedTrees, CollectivesDependOnTheShapeAlone) {
     // A rule that draws from p on rejection asks no mass.
     count(shaped(4096, how, 1), sv::Greedy{}, calls_a, bytes_a);
     EXPECT_EQ(calls_a, 5) << drafted_name(how);
+    if (how != sv::Drafted::sampled) continue;  // Traversal needs children drafted i.i.d. from q
+    // Traversal may absorb every node but one into its parent: a round for each.
+    count(shaped(4096, how, 1), sv::Traversal{}, calls_a, bytes_a);
+    count(shaped(65536, how, 3), sv::Traversal{}, calls_c, bytes_c);
+    EXPECT_EQ(calls_a, 5 + 2 * 5) << drafted_name(how);
+    EXPECT_EQ(calls_a, calls_c) << drafted_name(how);
+    EXPECT_EQ(bytes_a, bytes_c) << drafted_name(how);
   }
 }
 

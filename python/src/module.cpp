@@ -355,7 +355,7 @@ void bind_module(py::module_& m) {
   m.def("verify", &verify_trees_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "all_gather"_a, "max_threads"_a = 0,
         "verify(..., all_gather=fn) over this rank's slice of a sharded TreeBatch (batch.shard), every rule\n"
-        "that decides draft by draft (Traversal over a sharded tree: TypeError, not supported yet).");
+        "with a tree form.");
   m.def("verify", &verify_logits_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "max_threads"_a = 0);
   m.def("verify", &verify_logits_trees_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),

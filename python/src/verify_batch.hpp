@@ -103,7 +103,7 @@ VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, co
 VerifyStats verify_logits_chains_sharded(py::handle rule, const PyLogitsChainBatch& batch,
                                          const PyRandomness& randomness, const PyChainOutput& out,
                                          const py::function& all_gather, const py::int_& max_threads);
-/// verify(..., all_gather=fn) over a sharded TreeBatch (every rule but Traversal: TypeError).
+/// verify(..., all_gather=fn) over a sharded TreeBatch.
 VerifyStats verify_trees_sharded(py::handle rule, const PyTreeBatch& batch, const PyRandomness& randomness,
                                  const PyTreeOutput& out, const py::function& all_gather,
                                  const py::int_& max_threads);

@@ -40,20 +40,11 @@ struct PyCommunicator {
 template <class PyBatch, class PyOut>
 VerifyStats verify_sharded(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
                            const PyOut& out, const py::function& all_gather, const py::int_& max_threads) {
-  if (PyBatch::kShape == Shape::tree && py::isinstance<Traversal>(rule)) {
-    throw py::type_error("specverify: Traversal over a sharded tree is not supported yet (it shards on chains); "
-                         "verify the tree unsharded");
-  }
   const PyCommunicator comm{&all_gather, std::max(1, batch.shard.ranks)};
   return verify_batch_with(rule, batch, randomness, out, max_threads,
                            [&](const auto& cpp_rule, const auto& rows, const Randomness& r, const auto& o,
                                const CpuOptions& options) -> VerifyStats {
-                             using CppRule = std::decay_t<decltype(cpp_rule)>;
-                             if constexpr (PyBatch::kShape == Shape::tree && std::is_same_v<CppRule, Traversal>) {
-                               throw std::logic_error("unreachable: refused above");
-                             } else {
-                               return specverify::verify(cpp_rule, rows, r, o, comm, options);
-                             }
+                             return specverify::verify(cpp_rule, rows, r, o, comm, options);
                            });
 }
 

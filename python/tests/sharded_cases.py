@@ -122,6 +122,8 @@ CASES = {
     "tree_standard": _tree_case(13, 5, 200, 7, "standard", "sampled"),
     "tree_coupled_without_replacement": _tree_case(14, 4, 150, 6, "coupled", "sampled_without_replacement"),
     "tree_greedy_deterministic": _tree_case(15, 4, 100, 5, "greedy", "deterministic"),
+    "tree_traversal": _tree_case(18, 4, 200, 7, "traversal", "sampled"),
+    "logits_tree_traversal": _tree_case(19, 3, 300, 6, "traversal", "sampled", logits=True),
     "logits_tree_standard": _tree_case(16, 4, 300, 6, "standard", "sampled_without_replacement", logits=True),
     "logits_tree_float16_fsd_js": _tree_case(17, 3, 257, 5, "fsd_js", "sampled", logits=True, dtype=np.float16),
 }

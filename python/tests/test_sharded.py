@@ -140,17 +140,6 @@ def test_rows_must_hold_the_slice():
                       vocab_size=case["V"])
 
 
-def test_traversal_over_a_sharded_tree_is_refused_by_name():
-    case = CASES["tree_standard"]
-    batch = sv.TreeBatch(node_offsets=case["offsets"], parents=case["parents"], draft_tokens=case["tokens"],
-                         target_probs=case["p"], draft_probs=case["q"],
-                         shard=sv.VocabShard(rank=0, ranks=1, vocab_start=0, local_vocab_size=case["V"]))
-    width = case["K"] + 1
-    out = sv.TreeOutput(tokens=np.zeros((case["B"], width), np.int32), num_accepted=np.zeros(case["B"], np.int32))
-    with pytest.raises(TypeError, match="Traversal over a sharded tree"):
-        sv.verify(sv.Traversal(), batch, sv.Randomness(seed=1), out, all_gather=lambda send: send)
-
-
 def test_the_unsharded_verify_refuses_a_slice():
     case = CASES["standard"]
     batch = sv.ChainBatch(draft_offsets=case["offsets"], draft_tokens=case["tokens"],

@@ -346,7 +346,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 10: run_tree(Ears{0.3f}, in); break;
     case 11: run_tree(Fsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
     case 12: run_tree(ReducibleFsd{static_cast<Divergence>(in.ConsumeIntegralInRange<int>(0, 4)), 0.4f}, in); break;
-    default: run_tree(Coupled{}, in); break;
+    default:  // the last two share a value, so the seeds' first byte picks what it picked before
+      if (in.ConsumeBool()) {
+        run_tree(Traversal{}, in);
+      } else {
+        run_tree(Coupled{}, in);
+      }
+      break;
   }
   return 0;
 }

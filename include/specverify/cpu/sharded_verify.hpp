@@ -19,10 +19,11 @@
 //      row's);
 //   then every rank walks every sequence with core::walk over the merged summaries, which decides
 //   identically everywhere and leaves one draw per sequence (its weights and uniform) undone;
-//   (trees, residual rules) a walk that rejects a sibling asks for the mass of what is left of p
+//   (trees: residual rules, Traversal) a walk that rejects a child asks for the mass of what is left of p
 //      and stops there: two phases sum the asked masses (one per sequence, as the masses Z_i) and
 //      the sequences that asked walk again, for as many rounds as one path of the trees may ask
-//      (each node's children but the last, and without replacement its q's total once);
+//      (each node's children but the last, and without replacement its q's total once; Traversal,
+//      which may absorb every node into its parent: the nodes but one);
 //   4. draws: each slice's sum of the draw's weights (and of p, in case the residual has no mass);
 //   5. those sums again at the scale the whole row's bound gives, where it is not 1;
 //   6. tokens: the rank whose slice holds u times the total draws in it, from the exact sum of the
@@ -30,8 +31,8 @@
 // So a rank sends 6 (5 without statistics, 7 for Block with draft rows and for Traversal) messages
 // per call over probability rows, 7 over logits (12 with top_p alone; Block and Traversal: 2 more),
 // and a tree's rounds 2 each; a phase with nothing to send (the same on every rank) makes no call.
-// Chains with every rule and trees with every per-draft rule, over rows of probabilities or
-// logits (not yet: Traversal over trees).
+// Chains with every rule and trees with every rule that has a tree form, over rows of
+// probabilities or logits.
 #pragma once
 
 #include <algorithm>
@@ -457,13 +458,12 @@ class ShardedVerify {
   static constexpr core::Place kPlace = kTree ? core::Place::node : core::Place::position;  // a fault's
   static_assert(!kTree || !specverify::detail::has_cut<Rule>::value,
                 "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
-  static_assert(!kTree || traits::joint == Joint::none,
-                "the sharded verify walks trees with per-draft rules so far: Traversal over a sharded tree is not "
-                "supported yet (Block has no tree form)");
+  static_assert(!kTree || traits::joint != Joint::block, "Block verification decides chains: it has no tree form");
   static constexpr bool kCoupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
   // Block and Traversal: on a chain both read the masses Z_i = sum max(s P_i - Q_i, 0) at nodes
-  // 1 .. k - 1 (Traversal's root never asks: |R| = 1 passes) and draw from max(s P - Q, 0).
-  static constexpr bool kJoint = traits::joint != Joint::none;
+  // 1 .. k - 1 (Traversal's root never asks: |R| = 1 passes) and draw from max(s P - Q, 0). On a
+  // tree, Traversal's masses are those of R after absorbed children: the tree rounds ask them.
+  static constexpr bool kChainMasses = traits::joint != Joint::none && !kTree;  // the block phases' Z_i
   using Logit = typename LogitsOf<Batch>::type;
   static constexpr bool kLogits = !std::is_void_v<Logit>;
   struct NoLogits {};
@@ -522,9 +522,13 @@ class ShardedVerify {
     const auto all = gather(comm_, m, std::max(1, s.ranks));
     headers_.resize(static_cast<std::size_t>(std::max(1, s.ranks)));
     for (std::size_t r = 0; r < headers_.size(); ++r) std::memcpy(&headers_[r], all.data() + r * sizeof(Header), sizeof(Header));
+    // The lowest rank's finding, from a rank with a slice where one failed: an empty slice
+    // validates draft rows it cannot see as a stand-in, so it may name a later check.
+    const Header* failed = nullptr;
     for (const Header& other : headers_) {
-      if (other.failed) throw invalid_input(other.message);
+      if (other.failed && (!failed || (failed->size == 0 && other.size > 0))) failed = &other;
     }
+    if (failed) throw invalid_input(failed->message);
     std::int32_t end = 0;
     has_q_ = false;
     for (std::int32_t r = 0; r < s.ranks; ++r) {
@@ -581,7 +585,7 @@ class ShardedVerify {
     results_.assign(static_cast<std::size_t>(B), {});
     pending_.assign(static_cast<std::size_t>(B), {});
     Source source{has_q_, known_max(), kTree};
-    if constexpr (kJoint) block_phases(source);
+    if constexpr (kChainMasses) block_phases(source);
     walk_all(source, staged, out);
     draw_phases(staged, out);
     for (std::int32_t b = 0; b < B; ++b) {
@@ -1031,7 +1035,7 @@ class ShardedVerify {
       const std::int64_t row = r.fault.target_row >= 0 ? r.fault.target_row : r.fault.draft_row;
       const auto slot = static_cast<std::size_t>(r.fault.target_row >= 0 || kTree ? row : row + b);
       const std::vector<BlockMass>& known = known_[static_cast<std::size_t>(b)];
-      if (kJoint && !masses_[slot].ok) {  // a Z_i's pass met it
+      if (kChainMasses && !masses_[slot].ok) {  // a Z_i's pass met it
         name(r.fault, masses_[slot].p_bad, masses_[slot].q_bad);
       } else if (!known.empty() && !known.back().ok) {  // a tree residual's mass met it
         name(r.fault, known.back().p_bad, known.back().q_bad);
@@ -1306,8 +1310,14 @@ class ShardedVerify {
 
   /// The most masses one walk of a tree may ask for (0 for chains): on a path, each node's
   /// rejected children but the last, and without replacement its q row's total at the first.
+  /// Traversal visits the whole tree: one mass per child absorbed, so every node's but the root's
+  /// last child's (the root passes without it).
   std::int32_t tree_rounds() const {
-    if constexpr (!kTree || traits::on_reject != Draw::residual) {
+    if constexpr (kTree && traits::joint == Joint::traversal) {
+      std::int32_t most = 0;
+      for (std::int32_t b = 0; b < batch_.batch_size; ++b) most = std::max(most, layout_.count(b) - 1);
+      return most;
+    } else if constexpr (!kTree || traits::on_reject != Draw::residual) {
       return 0;
     } else {
       const bool without = has_q_ && batch_.drafted == Drafted::sampled_without_replacement;
