@@ -163,7 +163,8 @@ TEST(CpuSplitRows, DrawsMatchTheUnsplitRowForAnyNumberOfParts) {
   cpu::RowTeam& team = *lease.team();
   std::mt19937_64 rng(11);
   std::int64_t draws = 0;
-  for (const std::int32_t n : {32768, 70001, 128256}) {
+  const std::vector<std::int32_t> lengths = testing::row_lengths({32768, 70001, 128256});
+  for (const std::int32_t n : lengths) {
     for (const float scale : {1e-4f, 4096.0f}) {
       const std::vector<float> p = clumped_row(n, rng, scale), q = clumped_row(n, rng, scale);
       const cpu::Rows<> whole{n};
@@ -185,7 +186,7 @@ TEST(CpuSplitRows, DrawsMatchTheUnsplitRowForAnyNumberOfParts) {
       }
     }
   }
-  EXPECT_EQ(draws, 3 * 2 * 5 * 6 * 3);
+  EXPECT_EQ(draws, std::int64_t{3 * 2 * 5 * 6} * static_cast<std::int64_t>(lengths.size()));
 }
 
 TEST(CpuSplitRows, StatisticsMatchTheUnsplitRowForAnyNumberOfParts) {
@@ -198,7 +199,8 @@ TEST(CpuSplitRows, StatisticsMatchTheUnsplitRowForAnyNumberOfParts) {
   cpu::RowTeam& team = *lease.team();
   std::mt19937_64 rng(19);
   std::int64_t compared = 0, rescaled = 0;
-  for (const std::int32_t n : {32768, 70001, 128256}) {
+  const std::vector<std::int32_t> lengths = testing::row_lengths({32768, 70001, 128256});
+  for (const std::int32_t n : lengths) {
     for (const float scale : {1e-4f, 4096.0f}) {
       for (const bool bad : {false, true}) {
         std::vector<float> p = clumped_row(n, rng, scale), q = clumped_row(n, rng, scale);
@@ -233,7 +235,7 @@ TEST(CpuSplitRows, StatisticsMatchTheUnsplitRowForAnyNumberOfParts) {
       }
     }
   }
-  EXPECT_EQ(compared, 3 * 2 * 2 * 5 * (1 + 5));
+  EXPECT_EQ(compared, 2 * 2 * 5 * (1 + 5) * static_cast<std::int64_t>(lengths.size()));
   EXPECT_GT(rescaled, 0) << "some rows' sums left FixedSum's domain";
 }
 
@@ -265,7 +267,8 @@ TEST(CpuSplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
   const SamplingParams params[] = {{0.8f, 0, 1.0f, 0.0f},  {1.3f, 0, 1.0f, 0.05f}, {0.0f, 0, 1.0f, 0.0f},
                                    {0.8f, 50, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f},   {0.7f, 400, 0.95f, 0.02f}};
   std::int32_t compared = 0, listed = 0, dense = 0;
-  for (const std::int32_t n : {32768, 100003}) {
+  const std::vector<std::int32_t> lengths = testing::row_lengths({32768, 100003});
+  for (const std::int32_t n : lengths) {
     const SplitLogits l(n, rng), m(n, rng);
     for (const bool guided : {false, true}) {
       for (const bool masked : {false, true}) {
@@ -318,7 +321,7 @@ TEST(CpuSplitRows, LogitsPrePassAndDrawsMatchTheUnsplitRow) {
       }
     }
   }
-  EXPECT_EQ(compared, 2 * 2 * 2 * 6 * 3);
+  EXPECT_EQ(compared, 2 * 2 * 6 * 3 * static_cast<std::int32_t>(lengths.size()));
   EXPECT_GT(listed, 0) << "kept sets listed (top_k)";
   EXPECT_GT(dense, 0) << "kept sets as weights";
 }
@@ -377,7 +380,8 @@ TEST(CpuSplitRows, PenalisedRowsPrePassAndDrawsMatchTheUnsplitRow) {
     sp.frequency_penalty = 0.25f;
   }
   std::int32_t compared = 0, entry_argmax = 0, row_argmax = 0;
-  for (const std::int32_t n : {32768 + 45, 100003}) {
+  const std::vector<std::int32_t> lengths = testing::row_lengths({32768 + 45, 100003});
+  for (const std::int32_t n : lengths) {
     for (const bool early : {true, false}) {  // the tied entry before or after the row's high tokens
       SplitLogits l(n, rng), m(n, rng);
       const std::int32_t tie = early ? 7 : n - 3;
@@ -432,7 +436,7 @@ TEST(CpuSplitRows, PenalisedRowsPrePassAndDrawsMatchTheUnsplitRow) {
       }
     }
   }
-  EXPECT_EQ(compared, 2 * 2 * 2 * 5 * 3);
+  EXPECT_EQ(compared, 2 * 2 * 5 * 3 * static_cast<std::int32_t>(lengths.size()));
   EXPECT_GT(entry_argmax, 0) << "the max held first by an entry";
   EXPECT_GT(row_argmax, 0) << "the max held first by the row";
 }
