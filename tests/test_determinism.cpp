@@ -199,7 +199,8 @@ TEST(CpuSplitRows, StatisticsMatchTheUnsplitRowForAnyNumberOfParts) {
   cpu::RowTeam& team = *lease.team();
   std::mt19937_64 rng(19);
   std::int64_t compared = 0, rescaled = 0;
-  const std::vector<std::int32_t> lengths = testing::row_lengths({32768, 70001, 128256});
+  // Every length under the sanitizers too: no row of the first leaves FixedSum's domain.
+  const std::vector<std::int32_t> lengths{32768, 70001, 128256};
   for (const std::int32_t n : lengths) {
     for (const float scale : {1e-4f, 4096.0f}) {
       for (const bool bad : {false, true}) {
