@@ -105,11 +105,12 @@ TEST(Concurrency, ThreadsCallingVerifyAtOnceMatchSerialCalls) {
   // ThreadSanitizer (each read-modify-write synchronises) and could hide a race between them.
   std::vector<int> mismatches(kThreads, 0), calls(kThreads, 0);
   std::atomic<bool> go{false};
+  const int rounds = static_cast<int>(testing::repeats(3));  // under ASan one; ThreadSanitizer's three
   std::vector<std::thread> pool;
   for (int t = 0; t < kThreads; ++t) {
     pool.emplace_back([&, t] {
       while (!go.load()) std::this_thread::yield();  // start together
-      for (int round = 0; round < testing::repeats(3); ++round) {  // under ASan: one (ThreadSanitizer: 3)
+      for (int round = 0; round < rounds; ++round) {
         for (std::size_t i = 0; i < jobs.size(); ++i) {
           const Job& j = jobs[(i + static_cast<std::size_t>(t) * 5) % jobs.size()];  // different orders
           std::vector<std::int32_t> tokens(j.tokens.size(), 7), accepted(j.accepted.size(), 7);
@@ -127,7 +128,7 @@ TEST(Concurrency, ThreadsCallingVerifyAtOnceMatchSerialCalls) {
   go = true;
   for (auto& thread : pool) thread.join();
   for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(calls[t], 3 * static_cast<int>(jobs.size())) << "thread " << t;
+    EXPECT_EQ(calls[t], rounds * static_cast<int>(jobs.size())) << "thread " << t;
     EXPECT_EQ(mismatches[t], 0) << "thread " << t;
   }
 }
