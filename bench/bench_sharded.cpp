@@ -8,7 +8,8 @@
 //   sharded_block/..., gather_block/...: Block verification over probability rows (its two
 //                phases of masses Z_i included);
 //   sharded_tree/..., gather_tree/...: trees of 16 sampled nodes (TreeStep), whose masses after
-//                rejected siblings take 6 rounds of 2 collectives.
+//                rejected siblings take 6 rounds of 2 collectives (Standard), or 15 (Traversal:
+//                sharded_tree_traversal/..., gather_tree_traversal/...).
 // Every other benchmark verifies with Standard.
 // Counters: bytes_sent, what one rank sends per step; calls, its collectives per step.
 //
@@ -209,6 +210,7 @@ void gather(benchmark::State& state) {
   report(state, s, 2 * state.iterations(), bytes);
 }
 
+template <class Rule>
 void sharded_tree(benchmark::State& state) {
   const TreeStep s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)));
   sv::TreeBatch<float> batch{s.B, s.V, s.offsets.data(), s.parents.data(), s.tokens.data(), s.p.data(), s.q.data()};
@@ -217,12 +219,13 @@ void sharded_tree(benchmark::State& state) {
   const CountingCommunicator comm{sv::MpiCommunicator{MPI_COMM_WORLD}};
   std::uint64_t step = 0;
   for (auto _ : state) {
-    sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.kWidth, accepted.data()}, comm, {1});
+    sv::verify(Rule{}, batch, {7, step++}, {tokens.data(), s.kWidth, accepted.data()}, comm, {1});
     benchmark::DoNotOptimize(tokens.data());
   }
   report(state, s, comm.calls, comm.bytes);
 }
 
+template <class Rule>
 void gather_tree(benchmark::State& state) {
   const TreeStep s(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)));
   RowGather p(s.V, s.rows_of_each()), q(s.V, s.rows_of_each());
@@ -233,7 +236,7 @@ void gather_tree(benchmark::State& state) {
     const float* p_whole = p(s.p, s.size, bytes);
     const float* q_whole = q(s.q, s.size, bytes);
     const sv::TreeBatch<float> batch{s.B, s.V, s.offsets.data(), s.parents.data(), s.tokens.data(), p_whole, q_whole};
-    sv::verify(sv::Standard{}, batch, {7, step++}, {tokens.data(), s.kWidth, accepted.data()}, sv::CpuOptions{1});
+    sv::verify(Rule{}, batch, {7, step++}, {tokens.data(), s.kWidth, accepted.data()}, sv::CpuOptions{1});
     benchmark::DoNotOptimize(tokens.data());
   }
   report(state, s, 2 * state.iterations(), bytes);
@@ -274,8 +277,10 @@ BENCHMARK_TEMPLATE(sharded, true)->Name("sharded_logits")->Apply(logit_shapes);
 BENCHMARK_TEMPLATE(gather, true)->Name("gather_logits")->Apply(logit_shapes);
 BENCHMARK_TEMPLATE(sharded, false, sv::Block)->Name("sharded_block")->Apply(block_shapes);
 BENCHMARK_TEMPLATE(gather, false, sv::Block)->Name("gather_block")->Apply(block_shapes);
-BENCHMARK(sharded_tree)->Apply(block_shapes);
-BENCHMARK(gather_tree)->Apply(block_shapes);
+BENCHMARK_TEMPLATE(sharded_tree, sv::Standard)->Name("sharded_tree")->Apply(block_shapes);
+BENCHMARK_TEMPLATE(gather_tree, sv::Standard)->Name("gather_tree")->Apply(block_shapes);
+BENCHMARK_TEMPLATE(sharded_tree, sv::Traversal)->Name("sharded_tree_traversal")->Apply(block_shapes);
+BENCHMARK_TEMPLATE(gather_tree, sv::Traversal)->Name("gather_tree_traversal")->Apply(block_shapes);
 
 /// Ranks other than 0 run the same benchmarks silently.
 class Silent : public benchmark::BenchmarkReporter {
