@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <initializer_list>
+#include <random>
 #include <vector>
 
 #include "specverify/specverify.hpp"
@@ -73,8 +73,8 @@ inline constexpr bool kSanitized = false;
 constexpr std::int64_t repeats(std::int64_t n) { return kSanitized ? std::max<std::int64_t>(n / 8, 1) : n; }
 
 /// The row lengths a test runs at: all of them, or under AddressSanitizer the first, for the
-/// reason above (the first length walks every path the longer ones do; the release build runs
-/// them all).
+/// reason above. Only for tests whose first length walks every path the longer ones do (the
+/// release build runs them all).
 inline std::vector<std::int32_t> row_lengths(std::initializer_list<std::int32_t> n) {
   if (kSanitized) return {*n.begin()};
   return n;
