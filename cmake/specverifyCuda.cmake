@@ -51,7 +51,7 @@ install(EXPORT specverifyCudaTargets NAMESPACE specverify:: DESTINATION ${SPECVE
 # (all three CUDA test binaries built so pass on an H200). The benchmark measures speed: its device
 # code is optimised fully, except where no GPU was found and it only compiles.
 option(SPECVERIFY_CUDA_TESTS_O1 "Optimise the CUDA tests' device code at -O1 (NVVM's -O3 takes tens of minutes)" ON)
-option(SPECVERIFY_CUDA_COMPILE_ONLY "Optimise the CUDA benchmark's device code at -O1 too (no GPU: it only compiles)"
+option(SPECVERIFY_CUDA_COMPILE_ONLY "No GPU: the CUDA sources only compile, so their host code and the benchmark's device code at -O1 too"
        ${specverify_no_gpu})
 # Where the CUDA sources only compile, their host halves need no optimisation either: -O1 took
 # test_cuda_logits.cu 72 s against 106 s at -O3 (side by side on 2 cores). In this directory's
