@@ -13,8 +13,9 @@
 // with top_k and top_p) and Engine/<params>/<path> over Verify/<params>/<path> (goal >= 2x).
 // Penalties (issue 17): VerifyPenalised/temperature/rejected (a history of 2,000 tokens and 50
 // bias entries per sequence) over Verify/penalties_baseline/temperature/rejected (goal <= 1.15x),
-// and EnginePenalised (dense [rows, V] counts, penalties on every row, softmax, verify) over it:
-//   build/release/bench/bench_logits --benchmark_filter='penalties_baseline|Penalised'
+// and EnginePenalised (dense [rows, V] counts, penalties on every row, softmax, verify) over it;
+// PenaltiesSideBySide times the two steps in turn within each iteration (its counter `ratio`):
+//   build/release/bench/bench_logits --benchmark_filter='penalties_baseline|Penalised|SideBySide'
 // B = 1 (issue 21): VerifyOne/temperature/rejected/threads:2 over threads:1 (goal <= 0.6x: the
 // rows split over the row team), next to ReadPassOne, the read of the same two rows; and
 // VerifyOnePenalised, the same with one sequence's history and bias lists:
@@ -23,6 +24,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -368,9 +370,8 @@ SamplingParams penalised(SamplingParams p) {
   return p;
 }
 
-/// The library with the lists: the overlay merged into the passes that read each row.
-void VerifyPenalised(benchmark::State& state, SamplingParams params, bool accepted) {
-  Path path(accepted, penalised(params));
+/// path's batch with every sequence's history and bias lists.
+LogitsChainBatch<float> with_lists(const Path& path) {
   const Lists& l = lists();
   LogitsChainBatch<float> batch = path.batch();
   batch.history_offsets = l.h_offsets.data();
@@ -379,12 +380,47 @@ void VerifyPenalised(benchmark::State& state, SamplingParams params, bool accept
   batch.bias_offsets = l.b_offsets.data();
   batch.bias_tokens = l.b_tokens.data();
   batch.bias_values = l.b_values.data();
+  return batch;
+}
+
+/// The library with the lists: the overlay merged into the passes that read each row.
+void VerifyPenalised(benchmark::State& state, SamplingParams params, bool accepted) {
+  Path path(accepted, penalised(params));
+  const LogitsChainBatch<float> batch = with_lists(path);
   std::uint64_t step = 0;
   for (auto _ : state) {
     const VerifyStats stats = verify(Standard{}, batch, Randomness{1, step++}, path.output(), CpuOptions{1});
     if (stats.accepted != path.expected_accepted()) state.SkipWithError("not the path this measures");
   }
   set_bytes(state, accepted);
+}
+
+/// The same two steps as Verify/penalties_baseline and VerifyPenalised, one after the other in
+/// every iteration, each timed on its own: on a machine whose speed drifts between runs (a shared
+/// VM: either benchmark alone moves by 20% from run to run) the drift falls on both alike, and the
+/// counter `ratio` is the penalised step's time over the plain one's, summed over the iterations.
+void PenaltiesSideBySide(benchmark::State& state, SamplingParams params) {
+  Path plain_path(false, params), penalised_path(false, penalised(params));
+  const LogitsChainBatch<float> plain = plain_path.batch(), penalised_batch = with_lists(penalised_path);
+  using Clock = std::chrono::steady_clock;
+  Clock::duration plain_time{}, penalised_time{};
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const Clock::time_point start = Clock::now();
+    const VerifyStats a = verify(Standard{}, plain, Randomness{1, step}, plain_path.output(), CpuOptions{1});
+    const Clock::time_point middle = Clock::now();
+    const VerifyStats b = verify(Standard{}, penalised_batch, Randomness{1, step}, penalised_path.output(), CpuOptions{1});
+    penalised_time += Clock::now() - middle;
+    plain_time += middle - start;
+    ++step;
+    if (a.accepted != 0 || b.accepted != 0) state.SkipWithError("not the rejected path");
+  }
+  const auto us = [&](Clock::duration d) {
+    return std::chrono::duration<double, std::micro>(d).count() / static_cast<double>(state.iterations());
+  };
+  state.counters["plain_us"] = us(plain_time);
+  state.counters["penalised_us"] = us(penalised_time);
+  state.counters["ratio"] = us(penalised_time) / us(plain_time);
 }
 
 /// VerifyOne with the lists: one sequence's history and bias (the row's overlay) at B = 1.
@@ -479,6 +515,7 @@ void EnginePenalised(benchmark::State& state, SamplingParams params, bool accept
 BENCHMARK_CAPTURE(Verify, penalties_baseline/temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(VerifyPenalised, temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(EnginePenalised, temperature/rejected, kTemperature, false)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK_CAPTURE(PenaltiesSideBySide, temperature/rejected, kTemperature)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_CAPTURE(ReadPass, rejected, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK(ReadPassOne)->Unit(benchmark::kMicrosecond);
