@@ -2,6 +2,9 @@
 // own forms in cpu/arch/<arch>/lanes.hpp, chosen by overload (xsimd's requires_arch): the bits of a
 // bitmask as lanes, the classification of float lanes, gathers, the lanes >= a pivot appended to a
 // buffer, and the exp's scaling by 2^n. Every form gives the same lanes, bit for bit.
+// Kernels negate masks with `~`, never `!`: xsimd 8.1's `!` compares with batch_bool(false), built
+// by a function g++ does not inline on AVX-512, so a `!` in a loop is a call per vector there (and
+// every vector register spilled around it).
 #pragma once
 
 #include <xsimd/xsimd.hpp>
@@ -33,7 +36,7 @@ SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<float, Arch> bit_lanes(const std::uin
 template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<float, Arch> nan_or_inf(const xsimd::batch<float, Arch>& x,
                                                                    xsimd::kernel::requires_arch<xsimd::generic>) {
-  return !(x < xsimd::batch<float, Arch>(core::kInf));
+  return ~(x < xsimd::batch<float, Arch>(core::kInf));
 }
 
 /// Lanes that are not +-0 or a positive normal float: NaN, +-inf, subnormals, negatives.
@@ -41,7 +44,7 @@ template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<float, Arch> not_zero_or_normal(const xsimd::batch<float, Arch>& x,
                                                                            xsimd::kernel::requires_arch<xsimd::generic>) {
   using B = xsimd::batch<float, Arch>;
-  return !((x == B(0.0f)) | ((x >= B(FLT_MIN)) & (x <= B(FLT_MAX))));
+  return ~((x == B(0.0f)) | ((x >= B(FLT_MIN)) & (x <= B(FLT_MAX))));
 }
 
 /// Lanes that are not a positive normal float.
@@ -49,7 +52,7 @@ template <class Arch>
 SPECVERIFY_ALWAYS_INLINE xsimd::batch_bool<float, Arch> not_normal(const xsimd::batch<float, Arch>& x,
                                                                    xsimd::kernel::requires_arch<xsimd::generic>) {
   using B = xsimd::batch<float, Arch>;
-  return !((x >= B(FLT_MIN)) & (x <= B(FLT_MAX)));
+  return ~((x >= B(FLT_MIN)) & (x <= B(FLT_MAX)));
 }
 
 /// p[index] lane by lane.

@@ -119,12 +119,12 @@ template <class Arch, bool kValidate, class Logit>
 SPECVERIFY_ALWAYS_INLINE F<Arch> guided(const LogitRow<Logit>& row, const F<Arch>& l, const F<Arch>& u, FB<Arch>& ok) {
   using B = F<Arch>;
   const B inf(core::kInf);
-  if constexpr (kValidate) ok = ok & !invalid_logit<Arch>(l);
+  if constexpr (kValidate) ok = ok & ~invalid_logit<Arch>(l);
   if (!row.unconditional) return l;
   const auto masked = (l == -inf) | (u == -inf);
   const B g = fused(B(row.guidance_scale), l - u, u);
   if constexpr (kValidate) {
-    ok = ok & !invalid_logit<Arch>(u) & (masked | (xsimd::abs(g) <= B(core::kFloatMax)));
+    ok = ok & ~invalid_logit<Arch>(u) & (masked | (xsimd::abs(g) <= B(core::kFloatMax)));
   }
   return xsimd::select(masked, -inf, g);
 }
@@ -259,7 +259,7 @@ std::int32_t entry_values(const LogitRow<Logit>& row, std::int32_t end, FB<Arch>
     const B bias = load_lanes<Arch>(o.bias + k, len, 0.0f), in = load_lanes<Arch>(o.in + k, len, 0.0f);
     const B x = penalised<Arch>(g, bias, in, load_lanes<Arch>(o.count + k, len, 0.0f), row.params);
     const B max(core::kFloatMax);
-    ok = ok & !((xsimd::abs(g) <= max) & !(xsimd::abs(x) <= max));
+    ok = ok & ~((xsimd::abs(g) <= max) & ~(xsimd::abs(x) <= max));
     alignas(64) float lanes[B::size];
     x.store_aligned(lanes);
     for (std::int32_t j = 0; j < len; ++j) {
