@@ -27,24 +27,18 @@
 #include <limits>
 #include <vector>
 
+#include "fuzz_check.hpp"
 #include "specverify/specverify.hpp"
 #include "typical_acceptance.hpp"
 
 namespace {
 
 using namespace specverify;
+using fuzz::kInf;
+using fuzz::kNaN;
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr std::int32_t kSentinel = 0x5eed;
 constexpr float kSentinelLogprob = 7.0f;
-
-void check_at(int line, bool ok, long long a = 0, long long b = 0) {
-  if (ok) return;
-  std::fprintf(stderr, "fuzz_logits.cpp:%d: invariant broken (%lld, %lld)\n", line, a, b);
-  std::abort();
-}
-#define CHECK(...) check_at(__LINE__, __VA_ARGS__)
 
 float logit(FuzzedDataProvider& in, bool allow_bad) {
   const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "fuzz_check.hpp"
 #include "specverify/specverify.hpp"
 #include "specverify/thread_communicator.hpp"
 #include "support/penalty_lists.hpp"
@@ -29,13 +30,6 @@
 namespace {
 
 using namespace specverify;
-
-void check_at(int line, bool ok) {
-  if (ok) return;
-  std::fprintf(stderr, "fuzz_sharded.cpp:%d: invariant broken\n", line);
-  std::abort();
-}
-#define CHECK(...) check_at(__LINE__, __VA_ARGS__)
 
 float edge_value(FuzzedDataProvider& in) {
   static const float values[] = {0.0f, -0.0f, 1.0f, 0.5f, 1e-3f, FLT_MIN, 0x1p-149f, FLT_MAX, 1e30f, 3000.0f,

@@ -25,26 +25,17 @@
 #include <limits>
 #include <vector>
 
+#include "fuzz_check.hpp"
 #include "specverify/specverify.hpp"
 #include "typical_acceptance.hpp"
 
 namespace {
 
 using namespace specverify;
+using fuzz::kBelowOne;
+using fuzz::kInf;
+using fuzz::kNaN;
 
-void describe_current_case();
-
-void check_at(int line, bool ok, long long a = 0, long long b = 0) {
-  if (ok) return;
-  std::fprintf(stderr, "fuzz_trees.cpp:%d: invariant broken (%lld, %lld)\n", line, a, b);
-  describe_current_case();
-  std::abort();
-}
-#define CHECK(...) check_at(__LINE__, __VA_ARGS__)
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kBelowOne = 0x1.fffffep-1f;
 constexpr std::int32_t kSentinel = 0x5eed5eed;
 constexpr float kLogSentinel = 777.0f;
 
@@ -366,6 +357,7 @@ bool traversal_fits(const Case& c) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz::describe_case = describe_current_case;
   FuzzedDataProvider in(data, size);
   const std::uint8_t which = in.ConsumeIntegral<std::uint8_t>() % 8;
   const std::uint8_t kind = in.ConsumeIntegral<std::uint8_t>();

@@ -20,27 +20,16 @@
 #include <limits>
 #include <vector>
 
+#include "fuzz_check.hpp"
 #include "specverify/specverify.hpp"
 #include "typical_acceptance.hpp"
 
 namespace {
 
 using namespace specverify;
-
-void describe_current_case();
-
-/// Aborts (a libFuzzer finding) naming the source line of the broken invariant and two values.
-void check_at(int line, bool ok, long long a = 0, long long b = 0) {
-  if (ok) return;
-  std::fprintf(stderr, "fuzz_verify.cpp:%d: invariant broken (%lld, %lld)\n", line, a, b);
-  describe_current_case();
-  std::abort();
-}
-#define CHECK(...) check_at(__LINE__, __VA_ARGS__)
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kBelowOne = 0x1.fffffep-1f;  // the largest float below 1
+using fuzz::kBelowOne;
+using fuzz::kInf;
+using fuzz::kNaN;
 
 /// A probability-like value: mostly ordinary, sometimes every edge the library must handle.
 float edge_value(FuzzedDataProvider& in, bool allow_bad) {
@@ -371,6 +360,7 @@ Divergence pick_divergence(std::uint8_t v) { return static_cast<Divergence>(v % 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz::describe_case = describe_current_case;
   FuzzedDataProvider in(data, size);
   const std::uint8_t which = in.ConsumeIntegral<std::uint8_t>() % 9;
   const std::uint8_t kind = in.ConsumeIntegral<std::uint8_t>();
