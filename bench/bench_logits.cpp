@@ -16,7 +16,7 @@
 // and EnginePenalised (dense [rows, V] counts, penalties on every row, softmax, verify) over it;
 // PenaltiesSideBySide times the two steps in turn within each iteration (its counter `ratio`);
 // its accepted path has the history alone (q, a copy of p, must stay p) and opens all 11 rows of a
-// sequence, which share the history's part of the overlay (core/overlay.hpp):
+// sequence, each building its own overlay:
 //   build/release/bench/bench_logits --benchmark_filter='penalties_baseline|Penalised|SideBySide'
 // B = 1 (issue 21): VerifyOne/temperature/rejected/threads:2 over threads:1 (goal <= 0.6x: the
 // rows split over the row team), next to ReadPassOne, the read of the same two rows; and
