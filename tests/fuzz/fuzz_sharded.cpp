@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,11 +29,12 @@
 namespace {
 
 using namespace specverify;
+using fuzz::kInf;
+using fuzz::kNaN;
 
 float edge_value(FuzzedDataProvider& in) {
   static const float values[] = {0.0f, -0.0f, 1.0f, 0.5f, 1e-3f, FLT_MIN, 0x1p-149f, FLT_MAX, 1e30f, 3000.0f,
-                                 1e-12f, 2.0f, std::numeric_limits<float>::quiet_NaN(),
-                                 std::numeric_limits<float>::infinity(), -1.0f};
+                                 1e-12f, 2.0f, kNaN, kInf, -1.0f};
   const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();
   if (pick < 200) return static_cast<float>(pick) / 199.0f;
   return values[pick % (sizeof values / sizeof *values)];
@@ -103,9 +103,7 @@ struct Split {
 
 /// A logit from a small palette (ties on purpose) or an edge value.
 float edge_logit(FuzzedDataProvider& in) {
-  static const float values[] = {-std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 88.0f, -88.0f, FLT_MAX,
-                                 -FLT_MAX, 1e-30f, std::numeric_limits<float>::quiet_NaN(),
-                                 std::numeric_limits<float>::infinity()};
+  static const float values[] = {-kInf, 0.0f, -0.0f, 88.0f, -88.0f, FLT_MAX, -FLT_MAX, 1e-30f, kNaN, kInf};
   const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();
   if (pick < 230) return static_cast<float>(pick % 23) * 0.5f - 5.0f;
   return values[pick % (sizeof values / sizeof *values)];
