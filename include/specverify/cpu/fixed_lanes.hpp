@@ -2,7 +2,8 @@
 // additions as FixedSum::add and adds the rounded parts as 64-bit integers, so a sum taken over
 // vectors of any width (SSE2, AVX2, AVX-512) or split anywhere is FixedSum's, bit for bit.
 //
-// Per double vector: two multiplies, four additions and two 64-bit integer additions. The integer lanes
+// Per double vector: two multiplies, four additions and two 64-bit integer additions (add_coarse:
+// one fused multiply-add and one integer addition). The integer lanes
 // accumulate the raw bits of (h + kMagic), which equal the bits of kMagic plus h while |h| < 2^51;
 // flush() subtracts kMagic's bits once per term, in wrapping unsigned arithmetic (the true sum
 // fits: the domain bounds it by 2^62 units).
@@ -40,19 +41,18 @@ class FixedLanes {
     ++adds_;
   }
 
-  /// FixedSum::add_coarse lane by lane: one fused multiply-add and one integer addition.
+  /// FixedSum::add_coarse lane by lane: one fused multiply-add and one integer addition (lo is
+  /// untouched: its units stay 0).
   SPECVERIFY_ALWAYS_INLINE void add_coarse(const D& t) {
     hi_ += coarse_bits(t);
-    lo_ += xsimd::bitwise_cast<L>(D(core::kFixedMagic));  // round(0) for the bias flush() removes
-    ++adds_;
+    ++coarse_adds_;
   }
   /// Undoes an add_coarse(t) of the same lanes, exactly: the lanes are integers that wrap, so a
   /// term is taken back bit for bit even where it lay outside FixedSum's domain (a pass that sums a
   /// row as it reads it and then replaces a few of its terms).
   SPECVERIFY_ALWAYS_INLINE void remove_coarse(const D& t) {
     hi_ -= coarse_bits(t);
-    lo_ -= xsimd::bitwise_cast<L>(D(core::kFixedMagic));
-    --adds_;
+    --coarse_adds_;
   }
 
   /// Adds the lanes' sums to `sum` and starts the sums again. Terms must be finite (callers
@@ -67,14 +67,17 @@ class FixedLanes {
     std::uint64_t magic_bits;
     const double magic = core::kFixedMagic;
     std::memcpy(&magic_bits, &magic, sizeof magic_bits);
-    const std::uint64_t bias = magic_bits * static_cast<std::uint64_t>(adds_);
+    // Every add put kMagic's bits into hi; only the fine ones put them into lo.
+    const std::uint64_t hi_bias = magic_bits * static_cast<std::uint64_t>(adds_ + coarse_adds_);
+    const std::uint64_t lo_bias = magic_bits * static_cast<std::uint64_t>(adds_);
     for (std::int32_t l = 0; l < W; ++l) {
-      sum.add_units(static_cast<std::int64_t>(static_cast<std::uint64_t>(hi[l]) - bias),
-                    static_cast<std::int64_t>(static_cast<std::uint64_t>(lo[l]) - bias));
+      sum.add_units(static_cast<std::int64_t>(static_cast<std::uint64_t>(hi[l]) - hi_bias),
+                    static_cast<std::int64_t>(static_cast<std::uint64_t>(lo[l]) - lo_bias));
     }
     hi_ = L(std::int64_t{0});
     lo_ = L(std::int64_t{0});
     adds_ = 0;
+    coarse_adds_ = 0;
   }
 
  private:
@@ -86,7 +89,8 @@ class FixedLanes {
 
   double unit_;
   L hi_ = L(std::int64_t{0}), lo_ = L(std::int64_t{0});
-  std::int64_t adds_ = 0;
+  std::int64_t adds_ = 0;         // add() calls since the last flush
+  std::int64_t coarse_adds_ = 0;  // add_coarse() calls, less remove_coarse()
 };
 
 }  // namespace specverify::cpu
