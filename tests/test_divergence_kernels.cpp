@@ -169,17 +169,18 @@ double mass(const std::vector<float>& v) {
 }
 
 /// The documented error bound of divergence_kernels.hpp for one row pair.
-double bound(const reference::Value& ref, double row_mass) {
-  return kDivergenceMassError * row_mass + kDivergenceTermError * double(ref.magnitude);
+double bound(const reference::Value& ref, double row_mass, std::int64_t n) {
+  return kDivergenceMassError * row_mass + kDivergenceTermError * double(ref.magnitude) +
+         kDivergenceGridError * double(n);
 }
 
-void expect_within_bound(float got, const reference::Value& ref, double row_mass,
+void expect_within_bound(float got, const reference::Value& ref, double row_mass, std::int64_t n,
                          const char* what) {
   if (std::isinf(ref.value)) {
     EXPECT_EQ(got, kInf) << what;
     return;
   }
-  EXPECT_LE(std::fabs(got - ref.value), bound(ref, row_mass))
+  EXPECT_LE(std::fabs(got - ref.value), bound(ref, row_mass, n))
       << what << ": got " << got << ", reference " << double(ref.value);
 }
 
@@ -205,15 +206,15 @@ TEST(RowDivergence, RandomRowsAtFullVocabularyWithinDocumentedBound) {
       const auto ref = reference::divergence(d, p.data(), q.data(), kVocab);
       const Checked<float> got = row_divergence(d, p.data(), q.data(), -1, kVocab);
       ASSERT_TRUE(got.ok);
-      expect_within_bound(got.value, ref, row_mass, name(d));
+      expect_within_bound(got.value, ref, row_mass, kVocab, name(d));
       if (std::isfinite(double(ref.value))) {
-        worst = std::max(worst, double(std::fabs(got.value - ref.value)) / bound(ref, row_mass));
+        worst = std::max(worst, double(std::fabs(got.value - ref.value)) / bound(ref, row_mass, kVocab));
       }
     }
     const auto ref = reference::entropy(p.data(), kVocab);
     const Checked<float> got = row_entropy(p.data(), kVocab);
     ASSERT_TRUE(got.ok);
-    expect_within_bound(got.value, ref, mass(p), "entropy");
+    expect_within_bound(got.value, ref, mass(p), kVocab, "entropy");
   }
   std::printf("worst error / documented bound: %.3f\n", worst);
 }
@@ -228,12 +229,12 @@ TEST(RowDivergence, OddLengthsHitTheTail) {
       for (Divergence d : kAll) {
         const Checked<float> got = row_divergence(d, p.data(), q.data(), -1, n);
         ASSERT_TRUE(got.ok);
-        expect_within_bound(got.value, reference::divergence(d, p.data(), q.data(), n), row_mass,
+        expect_within_bound(got.value, reference::divergence(d, p.data(), q.data(), n), row_mass, n,
                             name(d));
       }
       const Checked<float> h = row_entropy(p.data(), n);
       ASSERT_TRUE(h.ok);
-      expect_within_bound(h.value, reference::entropy(p.data(), n), mass(p), "entropy");
+      expect_within_bound(h.value, reference::entropy(p.data(), n), mass(p), n, "entropy");
     }
   }
 }
@@ -268,7 +269,7 @@ TEST(RowDivergence, WorkedValuesFromApi) {
       // API.md's worked values to 1e-6 relative (the bar), and the documented bound.
       EXPECT_NEAR(got.value, ref, 1e-6 * ref) << name(d);
       expect_within_bound(got.value, reference::divergence(d, w.p.data(), w.q.data(), n),
-                          mass(w.p) + mass(w.q), name(d));
+                          mass(w.p) + mass(w.q), n, name(d));
       // The published values have six decimals: half a unit of the last one.
       EXPECT_NEAR(ref, published[i], 5e-7) << name(d);
     }
@@ -352,7 +353,7 @@ TEST(RowDivergence, OneHotDraftMatchesMaterialisedOneHot) {
           const Checked<float> got = row_divergence(d, p.data(), nullptr, x, n);
           ASSERT_TRUE(got.ok);
           expect_within_bound(got.value, reference::divergence(d, p.data(), q.data(), n),
-                              mass(p) + 1.0, name(d));
+                              mass(p) + 1.0, n, name(d));
         }
       }
     }
@@ -449,13 +450,14 @@ TEST(RowDivergence, ThresholdDecisionAgreesOutsideDocumentedMargin) {
       std::vector<double> thresholds;
       for (double side : {-1.0, 1.0}) {
         const double f = 1.0001 * side;  // solve |ref - T| = 1.0001 * margin(T) for T
-        thresholds.push_back((ref + f * kDecisionAbsMargin) / (1 - f * kDecisionRelMargin));
+        thresholds.push_back((ref + f * (kDecisionAbsMargin + kDivergenceGridError * n)) /
+                             (1 - f * kDecisionRelMargin));
       }
-      for (int k = 0; k < 20; ++k) thresholds.push_back(ref + 10 * u(rng) * decision_margin(ref));
+      for (int k = 0; k < 20; ++k) thresholds.push_back(ref + 10 * u(rng) * decision_margin(ref, n));
       for (double t : thresholds) {
-        if (t < 0 || std::fabs(ref - t) <= decision_margin(t)) continue;
+        if (t < 0 || std::fabs(ref - t) <= decision_margin(t, n)) continue;
         ++checked;
-        just_outside += std::fabs(ref - t) < 1.01 * decision_margin(t);
+        just_outside += std::fabs(ref - t) < 1.01 * decision_margin(t, n);
         EXPECT_EQ(got <= t, ref <= t) << name(d) << " D " << got << " ref " << ref << " T " << t;
       }
     }

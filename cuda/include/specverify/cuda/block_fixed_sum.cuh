@@ -17,7 +17,7 @@ namespace specverify::cuda {
 
 /// A thread's running sum of terms: the words of each FixedSum::term added without carrying
 /// (|lo| grows by at most 2^39 a term), carried once when read: the same sum as FixedSum::add of
-/// every term, in fewer instructions per term.
+/// every term (add_coarse: FixedSum::add_coarse), in fewer instructions per term.
 struct FixedTerms {
   std::int64_t hi = 0, lo = 0;
 
@@ -26,6 +26,7 @@ struct FixedTerms {
     hi = core::wrapping_add(hi, u.hi);
     lo = core::wrapping_add(lo, u.lo);
   }
+  __device__ void add_coarse(double t) { hi = core::wrapping_add(hi, core::FixedSum::coarse_term(t).hi); }
   __device__ core::FixedSum sum() const {
     core::FixedSum s;
     s.add_units(hi, lo);

@@ -66,8 +66,9 @@ struct MaxOp {
 /// row_split.cuh): every block walks alike, reads its share of each row pass, and every summary
 /// merges exactly (max, min, integer FixedSums), so the results are those of one block. Draws and
 /// residual masses are BlockDraw's (block_draw.cuh): the CPU's (cpu/draw.hpp), bit for bit.
-/// Entropy and divergences are FixedSums of core/row_math.hpp's terms: the same for any split,
-/// within their stated accuracy of the CPU's (whose terms use its own fast log).
+/// Entropy and divergences are FixedSums of core/row_math.hpp's terms on the coarse grid, as on
+/// the CPU: the same for any split, within their stated accuracy of the CPU's (whose terms use its
+/// own fast log).
 ///
 ///   __shared__ typename BlockRows<float, 256>::Shared shared;
 ///   BlockRows<float, 256> rows(shared, batch.vocab_size, RowSplit::of_cluster());
@@ -279,7 +280,7 @@ class BlockRows {
       for (int b = 0; b < kBatch; ++b) {
         const double magnitude = t[b] < 0.0 ? -t[b] : t[b];
         largest = magnitude > largest ? magnitude : largest;
-        s.add(t[b] * scale);
+        s.add_coarse(t[b] * scale);  // the CPU's grid for statistics (cpu/divergence_kernels.hpp)
       }
     }
     const core::FixedSum block_sum = BlockFixedSum<kThreads>(s_.cub.fixed).sum(s.sum());
