@@ -244,8 +244,8 @@ struct JsFsdTerm {  // (p + q) (log(m/p) + log(m/q)), times 1/4
 };
 
 /// sum_i t(p_i, q_i) as a core::FixedSum on its coarse grid (the same bits for every SIMD width
-/// and split), whether
-/// a term was +inf (the sum is then +inf), and whether every value read was valid.
+/// and split), whether a term was +inf (the sum is then +inf), and whether every value read was
+/// valid.
 struct TermSum {
   core::FixedSum sum;
   double scale = 1.0;     // the terms were summed times this power of two (unnormalised rows)
@@ -380,7 +380,8 @@ Checked<float> one_hot_divergence(Divergence d, const float* p, std::int32_t x, 
   const bool ok = off.ok && after.ok && valid_probability(p[x]);
   const double a = p[x];
   // The two slices' masses merge exactly where both are at scale 1 (rows of probabilities).
-  // Whether p has mass off x is asked of its values, not of the sum (whose floor is 2^-81).
+  // Whether p has mass off x is asked of its values, not of the sum (whose terms round to
+  // multiples of 2^-40).
   const bool off_x = off.max_term > 0.0 || after.max_term > 0.0;
   double rest;
   if (off.scale == after.scale) {
