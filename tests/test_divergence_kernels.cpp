@@ -450,8 +450,7 @@ TEST(RowDivergence, ThresholdDecisionAgreesOutsideDocumentedMargin) {
       std::vector<double> thresholds;
       for (double side : {-1.0, 1.0}) {
         const double f = 1.0001 * side;  // solve |ref - T| = 1.0001 * margin(T) for T
-        thresholds.push_back((ref + f * (kDecisionAbsMargin + kDivergenceGridError * n)) /
-                             (1 - f * kDecisionRelMargin));
+        thresholds.push_back((ref + f * decision_margin(0.0, n)) / (1 - f * kDecisionRelMargin));
       }
       for (int k = 0; k < 20; ++k) thresholds.push_back(ref + 10 * u(rng) * decision_margin(ref, n));
       for (double t : thresholds) {
