@@ -1,7 +1,8 @@
-# Warnings and flags for this repository's own targets (never imposed on users).
+# Warnings and flags for this repository's own targets (never imposed on users). C++ sources
+# only: a CUDA source in the same target takes specverify_cuda_dev_flags (nvcc has other options).
 add_library(specverify_dev_flags INTERFACE)
-target_compile_options(specverify_dev_flags INTERFACE -Wall -Wextra -Wpedantic -Werror)
+target_compile_options(specverify_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror>)
 option(SPECVERIFY_NATIVE "Compile tests and benchmarks with -march=native (AVX-512 here)" ON)
 if(SPECVERIFY_NATIVE)
-  target_compile_options(specverify_dev_flags INTERFACE -march=native)
+  target_compile_options(specverify_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
 endif()

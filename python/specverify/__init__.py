@@ -1,8 +1,13 @@
-"""specverify: speculative-decoding verification rules over NumPy arrays and PyTorch CPU tensors.
+"""specverify: speculative-decoding verification rules over NumPy arrays and PyTorch tensors.
 
 p is the target distribution, q the draft distribution. Arrays are viewed in place, never copied:
 an array of the wrong dtype, device, shape or layout raises (TypeError for a wrong dtype or a
 non-array, InvalidInput for the rest). See API.md "Python" and the README.
+
+ChainBatch and TreeBatch may hold CUDA tensors instead (every array of a call on one device; the
+module built where nvcc was found, `cuda_built`): verify runs the CUDA backend on `stream=`
+(default: PyTorch's current stream), and with synchronize=False returns None at once and leaves
+the findings to check(out).
 
     batch = sv.ChainBatch(draft_offsets=offsets, draft_tokens=tokens, target_probs=p, draft_probs=q)
     out = sv.ChainOutput(tokens=np.empty((B, K + 1), np.int32), num_accepted=np.empty(B, np.int32))
@@ -43,6 +48,8 @@ from specverify._core import (
     TreeOutput,
     VerifyStats,
     VocabShard,
+    check,
+    cuda_built,
     kNoToken,
     sample,
     verify,

@@ -1,6 +1,7 @@
 // Zero-copy views of the caller's arrays: NumPy (and anything else with the buffer protocol) or
-// PyTorch CPU tensors (and anything else with DLPack). Every check names the argument; nothing is
-// ever copied or converted, so a wrong dtype, device, shape or layout is an error.
+// PyTorch tensors on the CPU or a CUDA device (and anything else with DLPack). Every check names
+// the argument; nothing is ever copied or converted, so a wrong dtype, shape or layout is an
+// error, and so are arrays of one call on different devices (call_device).
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -72,6 +73,7 @@ struct Array {
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> strides;  // in elements
   Elem elem = Elem::float32;          // what it holds (one of Elem::logits' types for rows)
+  DLDevice device{kDLCPU, 0};         // kDLCPU, or kDLCUDA and the device's ordinal
   std::shared_ptr<void> exporter;
   py::object source;                  // what the caller passed, for attribute access
 
@@ -196,11 +198,11 @@ inline Array from_dlpack(py::handle obj, const char* name, Elem elem) {
     try {
       device_type = obj.attr("__dlpack_device__")()[py::int_(0)].cast<int>();
     } catch (const py::error_already_set& error) {
-      reject(name, ": cannot tell its device (", one_line(error), "); it must be a CPU array");
+      reject(name, ": cannot tell its device (", one_line(error), "); it must be a CPU or CUDA array");
     }
-    if (device_type != kDLCPU) {
-      reject(name, " must be on the CPU, got DLPack device type ", std::to_string(device_type),
-             device_type == kDLCUDA ? " (CUDA)" : "", " (nothing is copied between devices)");
+    if (device_type != kDLCPU && device_type != kDLCUDA) {
+      reject(name, " must be on the CPU or a CUDA device, got DLPack device type ", std::to_string(device_type),
+             " (nothing is copied between devices)");
     }
   }
   py::object capsule;
@@ -220,12 +222,16 @@ inline Array from_dlpack(py::handle obj, const char* name, Elem elem) {
     if (m->deleter) m->deleter(m);
   });
   const DLTensor& t = managed->dl_tensor;
-  if (t.device.device_type != kDLCPU) reject(name, " must be on the CPU");
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDA) {
+    reject(name, " must be on the CPU or a CUDA device, got DLPack device type ",
+           std::to_string(t.device.device_type));
+  }
   if (!dtype_is(t.dtype, elem)) {
     wrong_dtype(name, elem, dtype_of(obj, "DLPack code " + std::to_string(t.dtype.code) + ", " +
                                               std::to_string(t.dtype.bits) + " bits"));
   }
   Array a;
+  a.device = t.device;
   a.data = static_cast<char*>(t.data) + t.byte_offset;
   a.elem = elem != Elem::logits        ? elem
            : t.dtype.bits == 32        ? Elem::float32
@@ -275,7 +281,7 @@ inline Array as_array(py::handle obj, const char* name, Elem elem, int ndim,
     a = detail::from_dlpack(obj, name, elem);
   } else {
     throw py::type_error(std::string("specverify: ") + name +
-                         " must be a NumPy array or a CPU tensor (buffer protocol or DLPack), got " +
+                         " must be a NumPy array or a tensor (buffer protocol or DLPack), got " +
                          std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
   }
   a.source = py::reinterpret_borrow<py::object>(obj);
@@ -331,11 +337,15 @@ inline Array again(const Array& a, const char* name, Elem elem, int ndim, bool w
 struct Extent {
   const char* name;
   std::uintptr_t begin = 0, end = 0;
+  bool present = false;
+  DLDevice device{kDLCPU, 0};
 };
 
 inline Extent extent_of(const Array& a, const char* name, Elem elem) {
   Extent e{name};
   if (!a.present()) return e;
+  e.present = true;
+  e.device = a.device;
   std::int64_t last = 0;
   for (std::size_t d = 0; d < a.shape.size(); ++d) {
     if (a.shape[d] == 0) return e;
@@ -350,7 +360,8 @@ inline Extent extent_of(const Array& a, const char* name, Elem elem) {
 /// change what is read (or write into the caller's inputs), two outputs would overwrite each other.
 inline void expect_apart(const std::vector<Extent>& outputs, const std::vector<Extent>& inputs) {
   const auto overlap = [](const Extent& a, const Extent& b) {
-    return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
+    return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end &&
+           a.device.device_type == b.device.device_type && a.device.device_id == b.device.device_id;
   };
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
@@ -359,6 +370,43 @@ inline void expect_apart(const std::vector<Extent>& outputs, const std::vector<E
     for (const Extent& in : inputs) {
       if (overlap(outputs[i], in)) reject(outputs[i].name, " overlaps ", in.name, " in memory (an output cannot share an input's memory)");
     }
+  }
+}
+
+/// Where one call's arrays are: all on the CPU, or all on one CUDA device.
+struct CallDevice {
+  bool cuda = false;
+  int id = 0;
+};
+
+inline std::string describe_device(const DLDevice& d) {
+  return d.device_type == kDLCUDA ? "CUDA device " + std::to_string(d.device_id) : std::string("the CPU");
+}
+
+/// The device of every array present in `inputs` and `outputs`, or InvalidInput naming the first
+/// argument that is elsewhere than the first one (nothing is copied between devices).
+inline CallDevice call_device(const std::vector<Extent>& inputs, const std::vector<Extent>& outputs) {
+  const Extent* first = nullptr;
+  for (const std::vector<Extent>* list : {&inputs, &outputs}) {
+    for (const Extent& e : *list) {
+      if (!e.present) continue;
+      if (!first) {
+        first = &e;
+      } else if (e.device.device_type != first->device.device_type || e.device.device_id != first->device.device_id) {
+        reject(e.name, " is on ", describe_device(e.device), ", but ", first->name, " is on ",
+               describe_device(first->device), " (a call's arrays must all be on one device; nothing is copied "
+               "between devices)");
+      }
+    }
+  }
+  if (!first || first->device.device_type != kDLCUDA) return {};
+  return {true, first->device.device_id};
+}
+
+/// For what reads its arrays on the host (sample, the padded and sharded calls for now).
+inline void expect_host(const Array& a, const char* name, const char* what) {
+  if (a.present() && a.device.device_type != kDLCPU) {
+    reject(name, " is on ", describe_device(a.device), ", but ", what, " takes CPU arrays");
   }
 }
 

@@ -103,10 +103,19 @@ std::vector<Extent> PyChainBatch::inputs() const {
 
 ChainBatch<float> PyChainBatch::view() {
   offsets.snapshot();
+  return in_place_with(offsets.data(), offsets.tokens());
+}
+
+ChainBatch<float> PyChainBatch::device_view() const {
+  return in_place_with(offsets.offsets.as<const std::int32_t>(),
+                       drafts() ? offsets.draft_tokens.as<const std::int32_t>() : nullptr);
+}
+
+ChainBatch<float> PyChainBatch::in_place_with(const std::int32_t* offsets_data, const std::int32_t* tokens) const {
   return {batch_size,
           global_vocab,
-          offsets.data(),
-          offsets.tokens(),
+          offsets_data,
+          tokens,
           target_probs.as<const float>(),
           draft_probs.as<const float>(),
           target_probs.row_stride(),
@@ -144,12 +153,23 @@ std::vector<Extent> PyTreeBatch::inputs() const {
 
 TreeBatch<float> PyTreeBatch::view() {
   offsets.snapshot();
+  return in_place_with(offsets.data(), snapshot(parents, parents_copy), offsets.tokens());
+}
+
+TreeBatch<float> PyTreeBatch::device_view() const {
+  const bool any = drafts() > 0;
+  return in_place_with(offsets.offsets.as<const std::int32_t>(), any ? parents.as<const std::int32_t>() : nullptr,
+                       any ? offsets.draft_tokens.as<const std::int32_t>() : nullptr);
+}
+
+TreeBatch<float> PyTreeBatch::in_place_with(const std::int32_t* offsets_data, const std::int32_t* parents_data,
+                                            const std::int32_t* tokens) const {
   TreeBatch<float> b;
   b.batch_size = batch_size;
   b.vocab_size = global_vocab;
-  b.node_offsets = offsets.data();
-  b.parents = snapshot(parents, parents_copy);
-  b.draft_tokens = offsets.tokens();
+  b.node_offsets = offsets_data;
+  b.parents = parents_data;
+  b.draft_tokens = tokens;
   b.target_probs = target_probs.as<const float>();
   b.draft_probs = draft_probs.as<const float>();
   b.target_stride = target_probs.row_stride();

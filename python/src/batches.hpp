@@ -22,6 +22,7 @@
 #include <specverify/specverify.hpp>
 
 #include "arrays.hpp"
+#include "cuda_verify.hpp"
 
 namespace specverify::python {
 
@@ -112,6 +113,7 @@ inline void expect_row_length(const Array& a, const char* name, std::int64_t len
 /// draft_probs float32 [N, V] or None, target_row_max float32 [N+B] or None.
 struct PyChainBatch {
   static constexpr Shape kShape = Shape::chain;
+  static constexpr const char* kName = "ChainBatch";
   PyOffsets offsets;
   Array target_probs, draft_probs, target_row_max;
   std::int32_t batch_size = 0;
@@ -125,12 +127,18 @@ struct PyChainBatch {
   PyChainBatch fresh() const;
   std::vector<Extent> inputs() const;
   ChainBatch<float> view();
+  /// The batch over the arrays in place, indices included, for a device to read and check.
+  ChainBatch<float> device_view() const;
+
+ private:
+  ChainBatch<float> in_place_with(const std::int32_t* offsets_data, const std::int32_t* tokens) const;
 };
 
 /// TreeBatch: node_offsets int32 [B+1], parents int32 [N], draft_tokens int32 [N], target_probs
 /// float32 [N+B, V], draft_probs float32 [N+B, V] or None (deterministic children).
 struct PyTreeBatch {
   static constexpr Shape kShape = Shape::tree;
+  static constexpr const char* kName = "TreeBatch";
   PyOffsets offsets;
   Array parents, target_probs, draft_probs;
   Drafted drafted;
@@ -147,6 +155,12 @@ struct PyTreeBatch {
   PyTreeBatch fresh() const;
   std::vector<Extent> inputs() const;
   TreeBatch<float> view();
+  /// The batch over the arrays in place, indices included, for a device to read and check.
+  TreeBatch<float> device_view() const;
+
+ private:
+  TreeBatch<float> in_place_with(const std::int32_t* offsets_data, const std::int32_t* parents_data,
+                                 const std::int32_t* tokens) const;
 };
 
 /// The argument names of a token list (history or logit bias) and the element type of its values.
@@ -232,6 +246,7 @@ struct PyLogitsFields {
 /// PyLogitsFields.
 struct PyLogitsChainBatch {
   static constexpr Shape kShape = Shape::chain;
+  static constexpr const char* kName = "LogitsChainBatch";
   PyOffsets offsets;
   Array target_logits, draft_logits;
   PyLogitsFields fields;
@@ -258,6 +273,7 @@ struct PyLogitsChainBatch {
 /// [N+B, Vd] or None) and the PyLogitsFields.
 struct PyLogitsTreeBatch {
   static constexpr Shape kShape = Shape::tree;
+  static constexpr const char* kName = "LogitsTreeBatch";
   PyOffsets offsets;
   Array parents, target_logits, draft_logits;
   Drafted drafted;
@@ -286,6 +302,7 @@ struct PyLogitsTreeBatch {
 /// [B]; optional logprobs float32 and (trees) accepted_nodes int32, both shaped like tokens.
 struct PyOutput {
   Array tokens, num_accepted, accepted_nodes, logprobs;
+  std::shared_ptr<CudaPending> pending;  // the last verify into it, where that ran on CUDA unsynchronised
 
   PyOutput(py::handle tokens_, py::handle num_accepted_, py::handle accepted_nodes_, py::handle logprobs_);
   std::int32_t row_width() const { return static_cast<std::int32_t>(tokens.shape[1]); }

@@ -1,8 +1,9 @@
-// specverify for Python: the API.md names over NumPy arrays and PyTorch CPU tensors, zero-copy.
+// specverify for Python: the API.md names over NumPy arrays and PyTorch tensors, zero-copy.
 //
 // Each batch type (batches.hpp) is a class that views its arrays once and builds its C++ struct
 // per call. verify() has one overload per batch type, all going through verify_batch()
-// (verify_batch.hpp). A new batch type is a Py*Batch struct with drafts(), view() and kShape, its
+// (verify_batch.hpp), which runs the CPU backend, or the CUDA one for CUDA arrays
+// (cuda_verify.hpp). A new batch type is a Py*Batch struct with drafts(), view() and kShape, its
 // class binding, and one more verify overload.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -104,8 +105,8 @@ constexpr const char* kLogitsFieldsDoc =
 }  // namespace
 
 void bind_module(py::module_& m) {
-  m.doc() = "specverify: speculative-decoding verification rules over NumPy arrays and PyTorch CPU "
-            "tensors, zero-copy.";
+  m.doc() = "specverify: speculative-decoding verification rules over NumPy arrays and PyTorch "
+            "tensors (CPU, and CUDA for ChainBatch and TreeBatch), zero-copy.";
   m.attr("kNoToken") = kNoToken;
   py::register_exception<invalid_input>(m, "InvalidInput", PyExc_ValueError);
   PYBIND11_NUMPY_DTYPE(SamplingParams, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
@@ -336,28 +337,33 @@ void bind_module(py::module_& m) {
       "Verifies the batch with `rule`, writes `out` and returns VerifyStats. ChainBatch and\n"
       "LogitsChainBatch write a ChainOutput, TreeBatch and LogitsTreeBatch a TreeOutput. Raises\n"
       "InvalidInput (a ValueError) before writing anything when the input is malformed. Releases the\n"
-      "GIL while it runs. max_threads: 0 uses every hardware thread once the batch is large enough.";
+      "GIL while it runs. max_threads: 0 uses every hardware thread once the batch is large enough.\n"
+      "Arrays on a CUDA device (ChainBatch and TreeBatch for now; every array of the call on that device)\n"
+      "are verified there, on `stream` (an int cudaStream_t or a torch.cuda.Stream; default: PyTorch's\n"
+      "current stream for torch tensors, else the default stream). synchronize=True waits and raises\n"
+      "InvalidInput as on the CPU; synchronize=False returns None at once, and check(out) waits and\n"
+      "raises later.";
   m.def("verify", &verify_chains, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
-        "max_threads"_a = 0, verify_doc);
+        "max_threads"_a = 0, "stream"_a = py::none(), "synchronize"_a = true, verify_doc);
   m.def("verify", &verify_chains_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "all_gather"_a, "max_threads"_a = 0,
         "verify(..., all_gather=fn): this rank's slice of a sharded ChainBatch (batch.shard). fn(send) takes\n"
         "this rank's message, a 1-D uint8 array, and returns every rank's concatenated in rank order.");
   m.def("verify", &verify_logits_chains, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
-        "max_threads"_a = 0);
+        "max_threads"_a = 0, "stream"_a = py::none(), "synchronize"_a = true);
   m.def("verify", &verify_logits_chains_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "all_gather"_a, "max_threads"_a = 0,
         "verify(..., all_gather=fn) over this rank's slice of a sharded LogitsChainBatch (batch.shard): the\n"
         "target, draft and unconditional rows sliced alike, allowed_tokens in its whole-vocabulary layout,\n"
         "draft rows over a reduced draft vocabulary whole on every rank.");
   m.def("verify", &verify_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
-        "max_threads"_a = 0);
+        "max_threads"_a = 0, "stream"_a = py::none(), "synchronize"_a = true);
   m.def("verify", &verify_trees_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "all_gather"_a, "max_threads"_a = 0,
         "verify(..., all_gather=fn) over this rank's slice of a sharded TreeBatch (batch.shard), every rule\n"
         "with a tree form.");
   m.def("verify", &verify_logits_trees, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
-        "max_threads"_a = 0);
+        "max_threads"_a = 0, "stream"_a = py::none(), "synchronize"_a = true);
   m.def("verify", &verify_logits_trees_sharded, "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(),
         "all_gather"_a, "max_threads"_a = 0,
         "verify(..., all_gather=fn) over this rank's slice of a sharded LogitsTreeBatch (batch.shard), sliced\n"
@@ -365,7 +371,8 @@ void bind_module(py::module_& m) {
   // Anything else: say which pairs go together, rather than pybind11's list of signatures.
   m.def(
       "verify",
-      [](py::handle, py::handle batch, py::handle randomness, py::handle out, py::handle max_threads) {
+      [](py::handle, py::handle batch, py::handle randomness, py::handle out, py::handle max_threads, py::handle,
+         py::handle) {
         const auto name = [](py::handle h) { return std::string(py::str(py::type::handle_of(h).attr("__name__"))); };
         throw py::type_error("specverify: verify(rule, batch, randomness, out, max_threads=0) takes a ChainBatch or "
                              "LogitsChainBatch with a ChainOutput, or a TreeBatch or LogitsTreeBatch with a "
@@ -373,7 +380,21 @@ void bind_module(py::module_& m) {
                              ", randomness=" + name(randomness) + ", out=" + name(out) +
                              ", max_threads=" + name(max_threads));
       },
-      "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(), "max_threads"_a = 0);
+      "rule"_a, "batch"_a, "randomness"_a, "out"_a, py::kw_only(), "max_threads"_a = 0, "stream"_a = py::none(),
+      "synchronize"_a = true);
+  constexpr const char* check_doc =
+      "Waits for the last verify into `out` where it ran on CUDA with synchronize=False, and raises\n"
+      "InvalidInput if it found bad input (it then wrote nothing), as verify would have. Call it before\n"
+      "the next verify on the same device and stream (they share a workspace). Otherwise it does nothing.";
+  const auto check = [](PyOutput& out) {
+    const std::shared_ptr<CudaPending> pending = std::move(out.pending);
+    if (!pending) return;
+    py::gil_scoped_release release;
+    cuda_check(*pending);
+  };
+  m.def("check", [check](PyChainOutput& out) { check(out); }, "out"_a, check_doc);
+  m.def("check", [check](PyTreeOutput& out) { check(out); }, "out"_a);
+  m.attr("cuda_built") = cuda_built();
   bind_padded(m);
 
   m.def(
@@ -383,6 +404,11 @@ void bind_module(py::module_& m) {
         const Array row = as_array(logits, "logits", Elem::float32, 1);
         const std::int32_t vocab = as_int32(row.rows(), "vocab size");
         PyListEntries history(history_tokens, history_counts, kHistory), bias(bias_tokens, bias_values, kBias);
+        for (const auto& [a, name] : {std::pair{&row, "logits"}, {&history.tokens, "history_tokens"},
+                                      {&history.values, "history_counts"}, {&bias.tokens, "bias_tokens"},
+                                      {&bias.values, "bias_values"}}) {
+          expect_host(*a, name, "sample()");
+        }
         const std::int32_t *history_data = nullptr, *counts = nullptr, *bias_data = nullptr;
         const float* values = nullptr;
         history.fill(history_data, counts);

@@ -13,6 +13,7 @@
 #include <specverify/specverify.hpp>
 
 #include "batches.hpp"
+#include "cuda_verify.hpp"
 #include "rules.hpp"
 
 namespace specverify::python {
@@ -38,14 +39,21 @@ decltype(auto) with_view(const std::variant<Views...>& view, Fn&& fn) {
   return std::visit(fn, view);
 }
 
+/// The batch kinds verified on a CUDA device from Python (the logits batches' sampling parameters
+/// are NumPy structured arrays, which have no CUDA form yet).
+template <class PyBatch>
+inline constexpr bool kOnCuda = std::is_same_v<PyBatch, PyChainBatch> || std::is_same_v<PyBatch, PyTreeBatch>;
+
 /// A call's arguments viewed as they are now (a caller may have resized an array since its object
-/// was built), outputs refused where they share memory with an input or another output. Built with
-/// the GIL; the fresh views hold the arrays' exporters until the call returns.
+/// was built), outputs refused where they share memory with an input or another output, and the
+/// device they are all on. Built with the GIL; the fresh views hold the arrays' exporters until
+/// the call returns.
 template <class PyBatch, class PyOut>
 struct Fresh {
   PyBatch batch;
   PyOut out;
   PyRandomness randomness;
+  CallDevice device;
 
   Fresh(py::handle rule, const PyBatch& batch_, const PyRandomness& randomness_, const PyOut& out_)
       : batch(batch_.fresh()), out(out_.fresh()), randomness(randomness_.fresh()) {
@@ -53,23 +61,32 @@ struct Fresh {
     for (const Extent& e : randomness.inputs()) inputs.push_back(e);
     add_rule_inputs(rule, inputs);
     expect_apart(out.outputs(), inputs);
+    if constexpr (!kOnCuda<PyBatch>) {
+      for (const Extent& e : inputs) {
+        if (e.present && e.device.device_type == kDLCUDA) {
+          reject(e.name, " is on ", describe_device(e.device), ", but from Python ", PyBatch::kName,
+                 " takes CPU arrays for now (ChainBatch and TreeBatch take CUDA arrays)");
+        }
+      }
+    }
+    device = call_device(inputs, out.outputs());
+  }
+
+  /// For the calls that read their arrays on the host.
+  void expect_host(const char* what) const {
+    if (device.cuda) reject("the arrays are on CUDA device ", std::to_string(device.id), ", but ", what, " takes CPU arrays");
   }
 };
 
-/// The arguments made fresh, the C++ views built with their copies of the indices (with the GIL),
-/// then call(rule, batch, randomness, out, options) without the GIL (specverify::verify, or its
-/// sharded form).
+/// The C++ views of the fresh arguments built with their copies of the indices (with the GIL), then
+/// call(rule, batch, randomness, out, options) without the GIL (specverify::verify, or its sharded
+/// form).
 template <class PyBatch, class PyOut, class Call>
-VerifyStats verify_batch_with(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
-                              const PyOut& out, const py::int_& max_threads, const Call& call) {
-  const std::int32_t threads = thread_cap(max_threads);
-  Fresh<PyBatch, PyOut> now(rule, batch, randomness, out);
+VerifyStats verify_on_cpu(py::handle rule, Fresh<PyBatch, PyOut>& now, std::int32_t threads, const Call& call) {
   PyBatch& batch_now = now.batch;
-  const PyOut& out_now = now.out;
-  const PyRandomness& random_now = now.randomness;
   const auto batch_view = batch_now.view();
-  const auto out_view = out_now.view(batch_now.batch_size);
-  const Randomness random_view = random_now.view(batch_now.batch_size, batch_now.drafts());
+  const auto out_view = now.out.view(batch_now.batch_size);
+  const Randomness random_view = now.randomness.view(batch_now.batch_size, batch_now.drafts());
   return with_rule<PyBatch::kShape>(rule, batch_now.drafts(), [&](const auto& cpp_rule) {
     py::gil_scoped_release release;
     return with_view(batch_view, [&](const auto& rows) {
@@ -78,22 +95,90 @@ VerifyStats verify_batch_with(py::handle rule, const PyBatch& batch, const PyRan
   });
 }
 
-template <class PyBatch, class PyOut>
-VerifyStats verify_batch(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
-                         const PyOut& out, const py::int_& max_threads) {
-  return verify_batch_with(rule, batch, randomness, out, max_threads, [](const auto&... args) {
-    return specverify::verify(args...);
-  });
+/// The cudaStream_t a CUDA call runs on: `stream` (an int, or an object with .cuda_stream such as
+/// torch.cuda.Stream), else PyTorch's current stream on `device` where `tensor` is a torch tensor,
+/// else 0 (the legacy default stream).
+inline std::uintptr_t stream_of(const py::object& stream, py::handle tensor, int device) {
+  py::object handle = stream;
+  if (handle.is_none()) {
+    const py::dict modules = py::module_::import("sys").attr("modules");
+    if (!modules.contains("torch")) return 0;
+    const py::object torch = modules["torch"];
+    if (!py::isinstance(tensor, torch.attr("Tensor"))) return 0;
+    handle = torch.attr("cuda").attr("current_stream")(device);
+  }
+  if (py::hasattr(handle, "cuda_stream")) handle = handle.attr("cuda_stream");
+  if (!py::isinstance<py::int_>(handle)) {
+    throw py::type_error("specverify: stream must be an int (a cudaStream_t), an object with .cuda_stream or None, "
+                         "got " + std::string(py::str(py::type::handle_of(handle).attr("__name__"))));
+  }
+  return handle.cast<std::uintptr_t>();
 }
 
-VerifyStats verify_chains(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
-                          const PyChainOutput& out, const py::int_& max_threads);
-VerifyStats verify_logits_chains(py::handle rule, const PyLogitsChainBatch& batch, const PyRandomness& randomness,
-                                 const PyChainOutput& out, const py::int_& max_threads);
-VerifyStats verify_trees(py::handle rule, const PyTreeBatch& batch, const PyRandomness& randomness,
-                         const PyTreeOutput& out, const py::int_& max_threads);
-VerifyStats verify_logits_trees(py::handle rule, const PyLogitsTreeBatch& batch, const PyRandomness& randomness,
-                                const PyTreeOutput& out, const py::int_& max_threads);
+/// Whether `Rule` is one of the alternatives of `Variant` (no conversions between rules).
+template <class Variant, class Rule>
+struct is_alternative;
+template <class... Rules, class Rule>
+struct is_alternative<std::variant<Rules...>, Rule> : std::disjunction<std::is_same<Rules, Rule>...> {};
+
+/// The CUDA half of verify_batch, for ChainBatch and TreeBatch (cuda_verify.hpp): the C++ views
+/// point at the arrays on the device (nothing is copied to the host), the offsets' total is checked
+/// on the device, and `out` keeps the verify until sv.check where it does not synchronise.
+template <class PyBatch, class PyOut>
+py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& out, const py::object& stream,
+                          bool synchronize) {
+  static_assert(kOnCuda<PyBatch>, "Fresh refuses the CUDA arrays of the other batch kinds");
+  constexpr bool kChains = std::is_same_v<PyBatch, PyChainBatch>;
+  if (!now.batch.shard.whole()) reject("a sharded batch takes verify(..., all_gather=fn) and CPU arrays");
+  using Variant = std::conditional_t<kChains, CudaChainRule, CudaTreeRule>;
+  const CudaCall call{now.device.id, stream_of(stream, now.batch.target_probs.source, now.device.id), synchronize};
+  const auto batch_view = now.batch.device_view();
+  const auto out_view = now.out.view(now.batch.batch_size);
+  const Randomness random_view = now.randomness.view(now.batch.batch_size, now.batch.drafts());
+  const OffsetsTotal total{now.batch.offsets.offsets_name, now.batch.drafts()};
+  out.pending.reset();  // an earlier, unchecked verify into `out` is reported no more
+  const CudaResult result = with_rule<PyBatch::kShape>(rule, now.batch.drafts(), [&](const auto& cpp_rule) -> CudaResult {
+    using Rule = std::decay_t<decltype(cpp_rule)>;
+    if constexpr (is_alternative<Variant, Rule>::value) {
+      py::gil_scoped_release release;
+      return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, total, call);
+    } else {
+      static_assert(std::is_same_v<Rule, Coupled> || std::is_same_v<Rule, SpecDecPP<Coupled>>,
+                    "every other rule of this shape is one of CUDA's");
+      reject("Coupled on CUDA draws by a Gumbel race over logits: verify it with a LogitsChainBatch or "
+             "LogitsTreeBatch (on the CPU from Python for now)");
+    }
+  });
+  out.pending = result.pending;
+  if (result.pending) return py::none();
+  return py::cast(result.stats);
+}
+
+/// verify() for any batch kind, on the CPU or, where the arrays are on a CUDA device, on it.
+/// Returns VerifyStats, or None where a CUDA call did not synchronise.
+template <class PyBatch, class PyOut>
+py::object verify_batch(py::handle rule, const PyBatch& batch, const PyRandomness& randomness, PyOut& out,
+                        const py::int_& max_threads, const py::object& stream, bool synchronize) {
+  const std::int32_t threads = thread_cap(max_threads);
+  Fresh<PyBatch, PyOut> now(rule, batch, randomness, out);
+  if constexpr (kOnCuda<PyBatch>) {
+    if (now.device.cuda) return verify_on_cuda(rule, now, out, stream, synchronize);
+  }
+  if (!stream.is_none()) reject("stream is for arrays on a CUDA device; these are on the CPU");
+  out.pending.reset();
+  return py::cast(verify_on_cpu(rule, now, threads, [](const auto&... args) { return specverify::verify(args...); }));
+}
+
+py::object verify_chains(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,
+                         PyChainOutput& out, const py::int_& max_threads, const py::object& stream, bool synchronize);
+py::object verify_logits_chains(py::handle rule, const PyLogitsChainBatch& batch, const PyRandomness& randomness,
+                                PyChainOutput& out, const py::int_& max_threads, const py::object& stream,
+                                bool synchronize);
+py::object verify_trees(py::handle rule, const PyTreeBatch& batch, const PyRandomness& randomness,
+                        PyTreeOutput& out, const py::int_& max_threads, const py::object& stream, bool synchronize);
+py::object verify_logits_trees(py::handle rule, const PyLogitsTreeBatch& batch, const PyRandomness& randomness,
+                               PyTreeOutput& out, const py::int_& max_threads, const py::object& stream,
+                               bool synchronize);
 
 /// verify(..., all_gather=fn): this rank's slice of a sharded ChainBatch, the ranks gathered by fn.
 VerifyStats verify_chains_sharded(py::handle rule, const PyChainBatch& batch, const PyRandomness& randomness,

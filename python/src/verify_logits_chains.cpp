@@ -3,9 +3,9 @@
 
 namespace specverify::python {
 
-VerifyStats verify_logits_chains(py::handle rule, const PyLogitsChainBatch& batch, const PyRandomness& randomness,
-                                 const PyChainOutput& out, const py::int_& max_threads) {
-  return verify_batch(rule, batch, randomness, out, max_threads);
+py::object verify_logits_chains(py::handle rule, const PyLogitsChainBatch& batch, const PyRandomness& randomness,
+                                PyChainOutput& out, const py::int_& max_threads, const py::object& stream, bool synchronize) {
+  return verify_batch(rule, batch, randomness, out, max_threads, stream, synchronize);
 }
 
 }  // namespace specverify::python

@@ -42,11 +42,13 @@ VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_
                           const PyRandomness& randomness, const PyChainOutput& out, const py::int_& max_threads) {
   const std::int32_t threads = thread_cap(max_threads);
   Fresh<PyBatch, PyChainOutput> now(rule, batch, randomness, out);
+  now.expect_host("specverify.padded");
   PyBatch& batch_now = now.batch;
   const PyChainOutput& out_now = now.out;
   const PyRandomness& random_now = now.randomness;
   const auto batch_view = batch_now.view();
   const Array counts = as_array(num_draft_tokens, "num_draft_tokens", Elem::int32, 1);
+  expect_host(counts, "num_draft_tokens", "specverify.padded");
   expect_extent(counts, "num_draft_tokens", 0, batch_now.batch_size, "it needs one count per sequence");
   std::vector<std::int32_t> counts_copy;
   snapshot(counts, counts_copy);

@@ -36,16 +36,19 @@ struct PyCommunicator {
   }
 };
 
-/// verify_batch_with over this rank's slice, the ranks gathered by all_gather.
+/// verify_on_cpu over this rank's slice, the ranks gathered by all_gather.
 template <class PyBatch, class PyOut>
 VerifyStats verify_sharded(py::handle rule, const PyBatch& batch, const PyRandomness& randomness,
                            const PyOut& out, const py::function& all_gather, const py::int_& max_threads) {
+  const std::int32_t threads = thread_cap(max_threads);
+  Fresh<PyBatch, PyOut> now(rule, batch, randomness, out);
+  now.expect_host("verify(..., all_gather=fn)");
   const PyCommunicator comm{&all_gather, std::max(1, batch.shard.ranks)};
-  return verify_batch_with(rule, batch, randomness, out, max_threads,
-                           [&](const auto& cpp_rule, const auto& rows, const Randomness& r, const auto& o,
-                               const CpuOptions& options) -> VerifyStats {
-                             return specverify::verify(cpp_rule, rows, r, o, comm, options);
-                           });
+  return verify_on_cpu(rule, now, threads,
+                       [&](const auto& cpp_rule, const auto& rows, const Randomness& r, const auto& o,
+                           const CpuOptions& options) -> VerifyStats {
+                         return specverify::verify(cpp_rule, rows, r, o, comm, options);
+                       });
 }
 
 }  // namespace specverify::python

@@ -97,15 +97,15 @@ def test_wrong_dtype_torch(chains):
 def test_not_an_array(chains):
     kwargs = arrays(chains)
     kwargs["draft_tokens"] = chains.tokens.tolist()  # a list would need a copy
-    with pytest.raises(TypeError, match="draft_tokens must be a NumPy array or a CPU tensor"):
+    with pytest.raises(TypeError, match=r"draft_tokens must be a NumPy array or a tensor \(buffer protocol or DLPack\), got list"):
         sv.ChainBatch(**kwargs)
 
 
-class FakeCudaTensor:
-    """What a CUDA tensor shows a DLPack consumer: its device comes first."""
+class FakeRocmTensor:
+    """What a ROCm tensor shows a DLPack consumer: its device comes first."""
 
     def __dlpack_device__(self):
-        return (2, 0)
+        return (10, 0)
 
     def __dlpack__(self, stream=None):
         raise AssertionError("a device tensor must not be exported")
@@ -113,8 +113,8 @@ class FakeCudaTensor:
 
 def test_wrong_device_names_the_argument(chains):
     kwargs = arrays(chains)
-    kwargs["draft_probs"] = FakeCudaTensor()
-    with pytest.raises(sv.InvalidInput, match=r"draft_probs must be on the CPU, got DLPack device type 2 \(CUDA\)"):
+    kwargs["draft_probs"] = FakeRocmTensor()
+    with pytest.raises(sv.InvalidInput, match=r"draft_probs must be on the CPU or a CUDA device, got DLPack device type 10"):
         sv.ChainBatch(**kwargs)
 
 
@@ -132,8 +132,9 @@ def test_cuda_tensor(chains):
         pytest.skip("no CUDA device")
     kwargs = {k: torch.from_numpy(v) for k, v in arrays(chains).items()}
     kwargs["target_probs"] = kwargs["target_probs"].cuda()
-    with pytest.raises(sv.InvalidInput, match="target_probs must be on the CPU"):
-        sv.ChainBatch(**kwargs)
+    out = sv.ChainOutput(tokens=np.zeros((chains.B, chains.K + 1), np.int32), num_accepted=np.zeros(chains.B, np.int32))
+    with pytest.raises(sv.InvalidInput, match="target_probs is on CUDA device 0, but draft_offsets is on the CPU"):
+        sv.verify(sv.Standard(), sv.ChainBatch(**kwargs), sv.Randomness(1), out)
 
 
 @pytest.mark.parametrize("name, bad, message", [

@@ -332,7 +332,7 @@ def test_overflowing_bias_is_refused():
     ("bias_values", lambda a: None, sv.InvalidInput, "bias_values is None, but bias_tokens holds 3 entries"),
     ("history_offsets", lambda a: None, sv.InvalidInput,
      r"history_tokens is given, but history_offsets is None \(a list needs its offsets\)"),
-    ("bias_tokens", lambda a: [8, 3, 4], TypeError, "bias_tokens must be a NumPy array or a CPU tensor"),
+    ("bias_tokens", lambda a: [8, 3, 4], TypeError, r"bias_tokens must be a NumPy array or a tensor \(buffer protocol or DLPack\)"),
 ])
 @pytest.mark.parametrize("tree", [False, True])
 def test_list_arrays_named(tree, name, bad, error, message):

@@ -1,0 +1,346 @@
+"""verify over arrays on a CUDA device (API.md "CUDA and Python on the GPU").
+
+Where a GPU and PyTorch with CUDA are at hand, every rule the CUDA backend takes verifies chains and
+trees of CUDA tensors to the CPU's tokens, logprobs and statistics, on the current or a given
+stream, synchronised or checked later. Everywhere, arrays on different devices are refused by name,
+and so are CUDA arrays where the module has no CUDA backend or the machine no GPU; for that the tests
+build DLPack capsules that claim a CUDA device (their memory is never read).
+"""
+import ctypes
+
+import numpy as np
+import pytest
+
+import specverify as sv
+from conftest import Chains
+
+kDLCPU, kDLCUDA = 1, 2
+
+
+def gpu_available():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return sv.cuda_built and torch.cuda.is_available()
+
+
+needs_gpu = pytest.mark.skipif(not gpu_available(), reason="no CUDA device with PyTorch (or module built without CUDA)")
+
+
+# --- DLPack capsules that claim a CUDA device, for the checks made before any memory is read ---
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class ClaimsCuda:
+    """`a`'s shape and dtype, exported through DLPack as if it were on CUDA device `device`."""
+
+    def __init__(self, a, device=0):
+        self.a, self.device = np.ascontiguousarray(a), device
+        self.shape = (ctypes.c_int64 * self.a.ndim)(*self.a.shape)
+        self.strides = (ctypes.c_int64 * self.a.ndim)(*(s // self.a.itemsize for s in self.a.strides))
+        code = {"i": 0, "u": 1, "f": 2}[self.a.dtype.kind]
+        self.managed = DLManagedTensor(DLTensor(self.a.ctypes.data, DLDevice(kDLCUDA, device), self.a.ndim,
+                                                DLDataType(code, self.a.itemsize * 8, 1), self.shape, self.strides, 0),
+                                       None, None)
+
+    def __dlpack_device__(self):
+        return (kDLCUDA, self.device)
+
+    def __dlpack__(self, stream=None):
+        return _capsule_new(ctypes.addressof(self.managed), b"dltensor", None)
+
+
+def small_chains():
+    return Chains([2, 0, 3], 16, np.random.default_rng(5))
+
+
+def test_module_says_whether_it_has_cuda():
+    assert isinstance(sv.cuda_built, bool)
+
+
+def test_capsules_claiming_cuda_are_viewed():
+    """The fake capsule passes every check that reads no memory: it is viewed as a CUDA array."""
+    c = small_chains()
+    batch = sv.ChainBatch(draft_offsets=ClaimsCuda(c.offsets), draft_tokens=ClaimsCuda(c.tokens),
+                          target_probs=ClaimsCuda(c.p), draft_probs=ClaimsCuda(c.q))
+    assert batch.batch_size == c.B
+
+
+@pytest.mark.parametrize("cuda_argument", ["draft_tokens", "target_probs", "draft_probs", "tokens", "accept_uniforms"])
+def test_mixed_devices_name_the_argument(cuda_argument):
+    c = small_chains()
+    arrays = dict(draft_offsets=c.offsets, draft_tokens=c.tokens, target_probs=c.p, draft_probs=c.q)
+    outputs = dict(tokens=np.full((c.B, c.K + 1), 7, np.int32), num_accepted=np.full(c.B, 7, np.int32))
+    uniforms = np.full(c.N, 0.5, np.float32)
+    if cuda_argument in arrays:
+        arrays[cuda_argument] = ClaimsCuda(arrays[cuda_argument])
+    elif cuda_argument in outputs:
+        outputs[cuda_argument] = ClaimsCuda(outputs[cuda_argument])
+    else:
+        uniforms = ClaimsCuda(uniforms)
+    out = sv.ChainOutput(**outputs)
+    with pytest.raises(sv.InvalidInput, match=f"{cuda_argument} is on CUDA device 0, but draft_offsets is on the CPU"):
+        sv.verify(sv.Standard(), sv.ChainBatch(**arrays), sv.Randomness(1, accept_uniforms=uniforms), out)
+    if cuda_argument not in outputs:
+        assert (outputs["tokens"] == 7).all() and (outputs["num_accepted"] == 7).all()
+
+
+def test_two_cuda_devices_are_refused():
+    c = small_chains()
+    batch = sv.ChainBatch(draft_offsets=ClaimsCuda(c.offsets), draft_tokens=ClaimsCuda(c.tokens),
+                          target_probs=ClaimsCuda(c.p, device=1))
+    out = sv.ChainOutput(tokens=ClaimsCuda(np.zeros((c.B, c.K + 1), np.int32)), num_accepted=ClaimsCuda(np.zeros(c.B, np.int32)))
+    with pytest.raises(sv.InvalidInput, match="target_probs is on CUDA device 1, but draft_offsets is on CUDA device 0"):
+        sv.verify(sv.Standard(), batch, sv.Randomness(1), out)
+
+
+@pytest.mark.skipif(gpu_available(), reason="a GPU would read the capsules' host memory")
+def test_cuda_arrays_without_a_gpu_or_backend_say_so():
+    c = small_chains()
+    batch = sv.ChainBatch(draft_offsets=ClaimsCuda(c.offsets), draft_tokens=ClaimsCuda(c.tokens),
+                          target_probs=ClaimsCuda(c.p))
+    out = sv.ChainOutput(tokens=ClaimsCuda(np.zeros((c.B, c.K + 1), np.int32)), num_accepted=ClaimsCuda(np.zeros(c.B, np.int32)))
+    if sv.cuda_built:
+        with pytest.raises(RuntimeError, match="no CUDA device is usable"):
+            sv.verify(sv.Standard(), batch, sv.Randomness(1), out)
+    else:
+        with pytest.raises(sv.InvalidInput, match="built without CUDA"):
+            sv.verify(sv.Standard(), batch, sv.Randomness(1), out)
+
+
+def test_host_only_calls_refuse_cuda_arrays():
+    with pytest.raises(sv.InvalidInput, match=r"logits is on CUDA device 0, but sample\(\) takes CPU arrays"):
+        sv.sample(ClaimsCuda(np.zeros(8, np.float32)))
+    with pytest.raises(sv.InvalidInput, match=r"history_tokens is on CUDA device 0, but sample\(\) takes CPU arrays"):
+        sv.sample(np.zeros(8, np.float32), history_tokens=ClaimsCuda(np.array([1], np.int32)),
+                  history_counts=np.array([1], np.int32))
+    c = small_chains()
+    shard = sv.VocabShard(rank=0, ranks=2, vocab_start=0, local_vocab_size=c.V)
+    batch = sv.ChainBatch(draft_offsets=ClaimsCuda(c.offsets), draft_tokens=ClaimsCuda(c.tokens),
+                          target_probs=ClaimsCuda(c.p), shard=shard, vocab_size=2 * c.V)
+    out = sv.ChainOutput(tokens=ClaimsCuda(np.zeros((c.B, c.K + 1), np.int32)), num_accepted=ClaimsCuda(np.zeros(c.B, np.int32)))
+    with pytest.raises(sv.InvalidInput, match=r"verify\(\.\.\., all_gather=fn\) takes CPU arrays"):
+        sv.verify(sv.Standard(), batch, sv.Randomness(1), out, all_gather=lambda send: send)
+
+
+def test_logits_batches_on_cuda_are_refused_clearly():
+    batch = sv.LogitsChainBatch(draft_offsets=ClaimsCuda(np.array([0, 1], np.int32)),
+                                draft_tokens=ClaimsCuda(np.array([3], np.int32)),
+                                target_logits=ClaimsCuda(np.zeros((2, 8), np.float32)),
+                                target_params=sv.sampling_params(1))
+    out = sv.ChainOutput(tokens=ClaimsCuda(np.zeros((1, 2), np.int32)), num_accepted=ClaimsCuda(np.zeros(1, np.int32)))
+    with pytest.raises(sv.InvalidInput, match="draft_offsets is on CUDA device 0, but from Python LogitsChainBatch takes "
+                                              "CPU arrays for now"):
+        sv.verify(sv.Standard(), batch, sv.Randomness(1), out)
+
+
+def test_stream_is_for_cuda_arrays():
+    c = small_chains()
+    with pytest.raises(sv.InvalidInput, match="stream is for arrays on a CUDA device"):
+        sv.verify(sv.Standard(), c.batch(sv), sv.Randomness(1), c.output(sv), stream=0)
+
+
+def test_check_of_a_cpu_output_does_nothing():
+    c = small_chains()
+    out = c.output(sv)
+    stats = sv.verify(sv.Standard(), c.batch(sv), sv.Randomness(1), out, synchronize=False)
+    assert stats.drafted == c.N  # the CPU always completes before returning
+    sv.check(out)
+
+
+# --- On a GPU: the CPU's outputs, bit for bit ---
+
+def chain_rules(N, rng):
+    scores = rng.random(N, dtype=np.float32)
+    accept = rng.random(N, dtype=np.float32)
+    inner = [sv.Standard(), sv.Greedy(), sv.Ears(0.3), sv.Fsd(sv.Divergence.js, 0.3), sv.ReducibleFsd(sv.Divergence.tv, 0.1)]
+    rules = inner + [sv.Sprinter(0.5, scores), sv.Block(), sv.Traversal()]
+    rules += [sv.SpecDecPP(0.5, accept, r) for r in inner + [sv.Sprinter(0.5, scores)]]
+    return rules, (scores, accept)
+
+
+def on_cuda(rule, torch):
+    """The rule with its per-draft arrays moved to the GPU."""
+    if isinstance(rule, sv.Sprinter):
+        return sv.Sprinter(rule.eta, torch.from_numpy(np.asarray(rule.verifier_scores)).cuda())
+    if isinstance(rule, sv.SpecDecPP):
+        return sv.SpecDecPP(rule.threshold, torch.from_numpy(np.asarray(rule.accept_probs)).cuda(), on_cuda(rule.inner, torch))
+    return rule
+
+
+def chain_outputs(c, module, device=None, logprobs=True):
+    def make(a):
+        t = module.from_numpy(a) if module is not np else a
+        return t.to(device) if device else t
+    tokens, accepted = np.full((c.B, c.K + 1), 777, np.int32), np.full(c.B, 777, np.int32)
+    lp = np.full((c.B, c.K + 1), 777.0, np.float32) if logprobs else None
+    return dict(tokens=make(tokens), num_accepted=make(accepted), logprobs=make(lp) if logprobs else None)
+
+
+def same(cpu, gpu):
+    for name, a in cpu.items():
+        if a is not None:
+            b = gpu[name].cpu().numpy()
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), name
+
+
+@needs_gpu
+def test_chains_give_the_cpus_outputs_for_every_rule():
+    import torch
+    rng = np.random.default_rng(11)
+    c = Chains(rng.integers(0, 6, size=13), 1000, rng)
+    rules, _ = chain_rules(c.N, rng)
+    for step, rule in enumerate(rules):
+        randomness = sv.Randomness(seed=3, offset=step)
+        cpu_out = chain_outputs(c, np)
+        cpu_stats = sv.verify(rule, c.batch(sv), randomness, sv.ChainOutput(**cpu_out))
+        gpu_out = chain_outputs(c, torch, "cuda")
+        gpu_batch = sv.ChainBatch(draft_offsets=torch.from_numpy(c.offsets).cuda(), draft_tokens=torch.from_numpy(c.tokens).cuda(),
+                                  target_probs=torch.from_numpy(c.p).cuda(), draft_probs=torch.from_numpy(c.q).cuda())
+        gpu_stats = sv.verify(on_cuda(rule, torch), gpu_batch, randomness, sv.ChainOutput(**gpu_out))
+        same(cpu_out, gpu_out)
+        assert gpu_stats == cpu_stats, rule
+
+
+def random_trees(rng, B, V, drafted):
+    sizes = rng.integers(0, 7, size=B)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    parents = np.concatenate([[rng.integers(-1, i) for i in range(n)] for n in sizes] or [[]]).astype(np.int32)
+    tokens = np.concatenate([rng.permutation(V)[:n] for n in sizes] or [[]]).astype(np.int32)
+    rows = int(offsets[-1]) + B
+    p = rng.gamma(0.3, size=(rows, V)) + 1e-12
+    q = rng.gamma(0.3, size=(rows, V)) + 1e-12
+    p, q = (p / p.sum(1, keepdims=True)).astype(np.float32), (q / q.sum(1, keepdims=True)).astype(np.float32)
+    depth = 7
+    return dict(node_offsets=offsets, parents=parents, draft_tokens=tokens, target_probs=p,
+                draft_probs=q if drafted != sv.Drafted.deterministic else None, drafted=drafted), depth
+
+
+@needs_gpu
+@pytest.mark.parametrize("drafted", [sv.Drafted.sampled, sv.Drafted.sampled_without_replacement, sv.Drafted.deterministic])
+def test_trees_give_the_cpus_outputs_for_every_rule(drafted):
+    import torch
+    rng = np.random.default_rng(12)
+    arrays, depth = random_trees(rng, 9, 500, drafted)
+    rules = [sv.Standard(), sv.Greedy(), sv.Ears(0.3), sv.Fsd(sv.Divergence.kl_target_draft, 0.5),
+             sv.ReducibleFsd(sv.Divergence.tv, 0.1)]
+    if drafted == sv.Drafted.sampled:
+        rules.append(sv.Traversal())
+    B = len(arrays["node_offsets"]) - 1
+    for step, rule in enumerate(rules):
+        def outputs(module, device=None):
+            make = (lambda a: a) if module is np else (lambda a: torch.from_numpy(a).to(device))
+            return dict(tokens=make(np.full((B, depth + 1), 777, np.int32)), num_accepted=make(np.full(B, 777, np.int32)),
+                        accepted_nodes=make(np.full((B, depth + 1), 777, np.int32)),
+                        logprobs=make(np.full((B, depth + 1), 777.0, np.float32)))
+        randomness = sv.Randomness(seed=4, offset=step)
+        cpu_out = outputs(np)
+        cpu_stats = sv.verify(rule, sv.TreeBatch(**arrays), randomness, sv.TreeOutput(**cpu_out))
+        gpu_arrays = {k: (torch.from_numpy(v).cuda() if isinstance(v, np.ndarray) else v) for k, v in arrays.items()}
+        gpu_out = outputs(torch, "cuda")
+        gpu_stats = sv.verify(rule, sv.TreeBatch(**gpu_arrays), randomness, sv.TreeOutput(**gpu_out))
+        same(cpu_out, gpu_out)
+        assert gpu_stats == cpu_stats, rule
+
+
+@needs_gpu
+def test_stream_and_check_later():
+    import torch
+    rng = np.random.default_rng(13)
+    c = Chains([4, 1, 5, 0], 300, rng)
+    cpu_out = chain_outputs(c, np)
+    sv.verify(sv.Standard(), c.batch(sv), sv.Randomness(9, 2), sv.ChainOutput(**cpu_out))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        batch = sv.ChainBatch(draft_offsets=torch.from_numpy(c.offsets).cuda(), draft_tokens=torch.from_numpy(c.tokens).cuda(),
+                              target_probs=torch.from_numpy(c.p).cuda(), draft_probs=torch.from_numpy(c.q).cuda())
+        gpu_out = chain_outputs(c, torch, "cuda")
+        out = sv.ChainOutput(**gpu_out)
+        assert sv.verify(sv.Standard(), batch, sv.Randomness(9, 2), out, synchronize=False) is None  # current stream
+        sv.check(out)
+    same(cpu_out, gpu_out)
+    gpu_out = chain_outputs(c, torch, "cuda")
+    out = sv.ChainOutput(**gpu_out)
+    torch.cuda.synchronize()
+    sv.verify(sv.Standard(), batch, sv.Randomness(9, 2), out, stream=stream, synchronize=False)
+    sv.check(out)
+    same(cpu_out, gpu_out)
+
+
+@needs_gpu
+@pytest.mark.parametrize("fault", ["total", "token", "nan"])
+def test_bad_input_on_the_device_raises_as_the_cpu_and_writes_nothing(fault):
+    import torch
+    rng = np.random.default_rng(14)
+    c = Chains([2, 3, 1], 64, rng)
+    offsets, tokens, p = c.offsets.copy(), c.tokens.copy(), c.p.copy()
+    if fault == "total":
+        offsets[-1] += 1
+        offsets[-2] += 1
+    elif fault == "token":
+        tokens[3] = 64
+    else:
+        p[0, 5] = np.nan  # the first row of sequence 0: always read
+    cpu_out = chain_outputs(c, np)
+    with pytest.raises(sv.InvalidInput) as cpu_error:
+        sv.verify(sv.Standard(), sv.ChainBatch(draft_offsets=offsets, draft_tokens=tokens, target_probs=p, draft_probs=c.q),
+                  sv.Randomness(1), sv.ChainOutput(**cpu_out))
+    batch = sv.ChainBatch(draft_offsets=torch.from_numpy(offsets).cuda(), draft_tokens=torch.from_numpy(tokens).cuda(),
+                          target_probs=torch.from_numpy(p).cuda(), draft_probs=torch.from_numpy(c.q).cuda())
+    for synchronize in (True, False):
+        gpu_out = chain_outputs(c, torch, "cuda")
+        out = sv.ChainOutput(**gpu_out)
+        with pytest.raises(sv.InvalidInput) as gpu_error:
+            sv.verify(sv.Standard(), batch, sv.Randomness(1), out, synchronize=synchronize)
+            sv.check(out)
+        assert str(gpu_error.value) == str(cpu_error.value)
+        for a in gpu_out.values():
+            assert (a.cpu().numpy() == 777).all()
+
+
+@needs_gpu
+def test_a_late_check_after_another_verify_says_so():
+    import torch
+    c = Chains([2, 2], 32, np.random.default_rng(15))
+    batch = sv.ChainBatch(draft_offsets=torch.from_numpy(c.offsets).cuda(), draft_tokens=torch.from_numpy(c.tokens).cuda(),
+                          target_probs=torch.from_numpy(c.p).cuda(), draft_probs=torch.from_numpy(c.q).cuda())
+    first, second = sv.ChainOutput(**chain_outputs(c, torch, "cuda")), sv.ChainOutput(**chain_outputs(c, torch, "cuda"))
+    sv.verify(sv.Standard(), batch, sv.Randomness(1), first, synchronize=False)
+    sv.verify(sv.Standard(), batch, sv.Randomness(1), second, synchronize=False)
+    with pytest.raises(RuntimeError, match="another verify has run"):
+        sv.check(first)
+    sv.check(second)
+
+
+@needs_gpu
+def test_coupled_over_probability_rows_on_cuda_names_the_rows_it_needs():
+    import torch
+    c = Chains([2], 32, np.random.default_rng(16))
+    batch = sv.ChainBatch(draft_offsets=torch.from_numpy(c.offsets).cuda(), draft_tokens=torch.from_numpy(c.tokens).cuda(),
+                          target_probs=torch.from_numpy(c.p).cuda())
+    out = sv.ChainOutput(**chain_outputs(c, torch, "cuda", logprobs=False))
+    positions = torch.zeros(1, dtype=torch.int64, device="cuda")
+    with pytest.raises(sv.InvalidInput, match="Coupled on CUDA draws by a Gumbel race over logits"):
+        sv.verify(sv.Coupled(), batch, sv.Randomness(1, positions=positions), out)
