@@ -95,24 +95,42 @@ VerifyStats verify_on_cpu(py::handle rule, Fresh<PyBatch, PyOut>& now, std::int3
   });
 }
 
+/// torch, where it is imported and `tensor` is a torch.Tensor; else None.
+inline py::object torch_of(py::handle tensor) {
+  const py::dict modules = py::module_::import("sys").attr("modules");
+  if (!modules.contains("torch")) return py::none();
+  py::object torch = modules["torch"];
+  return py::isinstance(tensor, torch.attr("Tensor")) ? torch : py::none();
+}
+
 /// The cudaStream_t a CUDA call runs on: `stream` (an int, or an object with .cuda_stream such as
 /// torch.cuda.Stream), else PyTorch's current stream on `device` where `tensor` is a torch tensor,
-/// else 0 (the legacy default stream).
+/// else 0 (the legacy default stream). A given stream other than PyTorch's current one first waits
+/// for the work enqueued on that one, which produced the tensors, as DLPack's
+/// __dlpack__(stream=...) orders an exchange.
 inline std::uintptr_t stream_of(const py::object& stream, py::handle tensor, int device) {
+  const py::object torch = torch_of(tensor);
+  const auto current = [&] { return torch.attr("cuda").attr("current_stream")(device); };
   py::object handle = stream;
   if (handle.is_none()) {
-    const py::dict modules = py::module_::import("sys").attr("modules");
-    if (!modules.contains("torch")) return 0;
-    const py::object torch = modules["torch"];
-    if (!py::isinstance(tensor, torch.attr("Tensor"))) return 0;
-    handle = torch.attr("cuda").attr("current_stream")(device);
+    if (torch.is_none()) return 0;
+    handle = current();
   }
   if (py::hasattr(handle, "cuda_stream")) handle = handle.attr("cuda_stream");
   if (!py::isinstance<py::int_>(handle)) {
     throw py::type_error("specverify: stream must be an int (a cudaStream_t), an object with .cuda_stream or None, "
                          "got " + std::string(py::str(py::type::handle_of(handle).attr("__name__"))));
   }
-  return handle.cast<std::uintptr_t>();
+  const auto chosen = handle.cast<std::uintptr_t>();
+  if (!torch.is_none() && !stream.is_none()) {
+    const py::object producer = current();
+    if (producer.attr("cuda_stream").cast<std::uintptr_t>() != chosen) {
+      const py::object event = torch.attr("cuda").attr("Event")();
+      event.attr("record")(producer);
+      torch.attr("cuda").attr("ExternalStream")(chosen, py::arg("device") = device).attr("wait_event")(event);
+    }
+  }
+  return chosen;
 }
 
 /// Whether `Rule` is one of the alternatives of `Variant` (no conversions between rules).
