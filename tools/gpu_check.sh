@@ -183,24 +183,28 @@ if os.path.exists(path):
                       "K": int(parts.get("K", 0)), "verify_us": b.get("real_time"), "read_us": b.get("read_us"),
                       "verify_GBps": b.get("verify_GB/s"),
                       "accept": b.get("accept/draft")})
-torch_us = {}
+torch_us, python_us = {}, {}
 path = os.path.join(out, "bench_cuda_torch.json")
 if os.path.exists(path):
     for r in json.load(open(path))["results"]:
         torch_us[(r["name"], r["B"], r["V"], r["K"])] = r["torch_us"]
+        python_us[(r["name"], r["B"], r["V"], r["K"])] = r.get("python_us")
 if bench:
     md += ["", "## Benchmarks (bench_cuda; us per verify; read: a device read pass of the bytes the walk must read;"
-           " torch: the engine-style PyTorch CUDA path on the same shapes)", "",
-           "| benchmark | B | V | K | verify us | read us | verify / read | torch us | torch / verify | accept/draft |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           " torch: the engine-style PyTorch CUDA path on the same shapes; python: sv.verify from Python on CUDA"
+           " tensors, probability rows)", "",
+           "| benchmark | B | V | K | verify us | read us | verify / read | torch us | torch / verify | python us "
+           "| accept/draft |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for b in bench:
-        t = torch_us.get((b["name"], b["B"], b["V"], b["K"]))
+        key = (b["name"], b["B"], b["V"], b["K"])
+        t, py = torch_us.get(key), python_us.get(key)
         ratio = b["verify_us"] / b["read_us"] if b["read_us"] else float("nan")
         speed = t / b["verify_us"] if t and b["verify_us"] else None
-        b["torch_us"] = t
+        b["torch_us"], b["python_us"] = t, py
         md.append(f"| {b['name']} | {b['B']} | {b['V']} | {b['K']} | {b['verify_us']:.1f} | {b['read_us']:.1f} | "
                   f"{ratio:.2f} | {'' if t is None else f'{t:.1f}'} | {'' if speed is None else f'{speed:.1f}x'} | "
-                  f"{b['accept']:.2f} |")
+                  f"{'' if py is None else f'{py:.1f}'} | {b['accept']:.2f} |")
 md += ["", "Logs: one `<step>.log` per step in this folder."]
 open(os.path.join(out, "report.md"), "w").write("\n".join(md) + "\n")
 json.dump({"device": gpu, "status": status, "verdict": verdict, "steps": steps, "benchmarks": bench},

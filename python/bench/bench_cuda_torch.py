@@ -9,7 +9,10 @@ softmax at temperature 0.8 (and, for top-k 50 + top-p 0.9, the sort-based filter
 of every row, p(x) and q(x) gathered, u q(x) < p(x), the residual max(p - q, 0) at every position
 and the bonus row drawn by the exponential race (argmax of w / Exp(1) noise). Probability rows skip
 the softmax. The names match bench_cuda's (chain/probs/Standard, chain/logits_t0.8/Standard,
-chain/logits_topk50_topp0.9/Standard), so tools/gpu_check.sh sets the two side by side.
+chain/logits_topk50_topp0.9/Standard), so tools/gpu_check.sh sets the two side by side. For
+probability rows it also times specverify's own Python call on the same tensors (sv.verify of a
+ChainBatch of CUDA tensors, synchronize=False), which bench_cuda's C++ figure plus the Python
+layer's cost should match, where the specverify module is importable and was built with CUDA.
 Prints a note and exits 0 where torch has no CUDA device.
 """
 import argparse
@@ -72,6 +75,19 @@ def inputs(torch, B, V, K, kind, seed=0):
     return target, draft, tokens
 
 
+def specverify_step(torch, sv, target, draft, tokens):
+    """sv.verify from Python on the same CUDA tensors: the padded rows as a ragged ChainBatch."""
+    B, K = tokens.shape
+    V = target.shape[-1]
+    batch = sv.ChainBatch(draft_offsets=torch.arange(B + 1, dtype=torch.int32, device="cuda") * K,
+                          draft_tokens=tokens.to(torch.int32).reshape(-1), target_probs=target.reshape(-1, V),
+                          draft_probs=draft.reshape(-1, V))
+    out = sv.ChainOutput(tokens=torch.empty(B, K + 1, dtype=torch.int32, device="cuda"),
+                         num_accepted=torch.empty(B, dtype=torch.int32, device="cuda"))
+    steps = iter(range(1 << 62))
+    return lambda: sv.verify(sv.Standard(), batch, sv.Randomness(seed=1, offset=next(steps)), out, synchronize=False)
+
+
 def timed(torch, fn, reps):
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
@@ -100,6 +116,11 @@ def main():
     if not torch.cuda.is_available():
         print("bench_cuda_torch: no CUDA device, nothing to measure")
         return 0
+    try:
+        import specverify as sv
+        sv = sv if sv.cuda_built else None
+    except ImportError:
+        sv = None
     shapes = SHAPES[:1] if args.quick else SHAPES
     batches = (1, 16) if args.quick else BATCHES
     if args.vocab:
@@ -110,19 +131,24 @@ def main():
     for V, K in shapes:
         for B in batches:
             for kind in KINDS:
+                python_us = None
                 try:
                     target, draft, tokens = inputs(torch, B, V, K, kind)
                     step = lambda: engine_step(torch, target, draft, tokens, kind)  # noqa: E731
                     step()  # warm-up (allocator, kernels)
                     us = timed(torch, step, args.reps)
+                    if sv is not None and kind == "probs":
+                        ours = specverify_step(torch, sv, target, draft, tokens)
+                        ours()  # warm-up (the module's workspace)
+                        python_us = timed(torch, ours, args.reps)
                 except RuntimeError as error:  # out of memory at the largest shapes
                     if "out of memory" not in str(error):
                         raise
                     us = None
                 name = f"chain/{kind}/Standard"
-                results.append({"name": name, "B": B, "V": V, "K": K, "torch_us": us})
-                print(f"{name:40s} B={B:<4d} V={V:<7d} K={K}  torch {us if us is None else round(us, 1)} us",
-                      flush=True)
+                results.append({"name": name, "B": B, "V": V, "K": K, "torch_us": us, "python_us": python_us})
+                print(f"{name:40s} B={B:<4d} V={V:<7d} K={K}  torch {us if us is None else round(us, 1)} us"
+                      + ("" if python_us is None else f"  specverify from Python {python_us:.1f} us"), flush=True)
                 del target, draft, tokens
                 torch.cuda.empty_cache()
     if args.json:
