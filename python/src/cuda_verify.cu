@@ -127,6 +127,10 @@ CudaResult run(const RuleVariant& rule, Batch batch, const Randomness& randomnes
   const std::shared_ptr<Slot> slot = slot_for(call);
   const std::lock_guard<std::mutex> lock(slot->busy);
 
+  // What the host can judge is judged before the workspace is touched (it throws as the CPU does).
+  std::visit([&](const auto& r) { core::validate_shape(r, batch, out); }, rule);
+  ++slot->generation;  // from here on, an earlier verify's findings may be overwritten
+
   const std::size_t B = static_cast<std::size_t>(batch.batch_size > 0 ? batch.batch_size : 0);
   const std::size_t verify_bytes =
       std::visit([&](const auto& r) { return cuda::workspace_bytes(r, batch, out); }, rule);
@@ -144,15 +148,12 @@ CudaResult run(const RuleVariant& rule, Batch batch, const Randomness& randomnes
   auto* copy = reinterpret_cast<std::int32_t*>(base + offsets_at);
   const cuda::Workspace workspace{base + verify_at, verify_bytes};
 
-  // What the host can judge is judged before anything is enqueued (it throws as the CPU does).
-  std::visit([&](const auto& r) { core::validate_shape(r, batch, out); }, rule);
   copy_offsets<<<1, 256, 0, stream>>>(offsets_of(batch), batch.batch_size, total.entries, copy, finding);
   throw_on_error(cudaGetLastError(), "launch");
   offsets_of(batch) = copy;
   throw_on_error(std::visit([&](const auto& r) { return cuda::verify(r, batch, randomness, out, workspace, stream); },
                             rule),
                  "verify");
-  ++slot->generation;
   auto pending = std::make_shared<CudaPending>(CudaPending{slot, slot->generation, call, total, workspace});
   if (!call.synchronize) return {{}, pending};
   check_locked(*pending);

@@ -326,12 +326,22 @@ def test_a_late_check_after_another_verify_says_so():
     c = Chains([2, 2], 32, np.random.default_rng(15))
     batch = sv.ChainBatch(draft_offsets=torch.from_numpy(c.offsets).cuda(), draft_tokens=torch.from_numpy(c.tokens).cuda(),
                           target_probs=torch.from_numpy(c.p).cuda(), draft_probs=torch.from_numpy(c.q).cuda())
-    first, second = sv.ChainOutput(**chain_outputs(c, torch, "cuda")), sv.ChainOutput(**chain_outputs(c, torch, "cuda"))
+    cpu_out = chain_outputs(c, np)
+    sv.verify(sv.Standard(), c.batch(sv), sv.Randomness(1), sv.ChainOutput(**cpu_out))
+    first_out, second_out = chain_outputs(c, torch, "cuda"), chain_outputs(c, torch, "cuda")
+    first, second = sv.ChainOutput(**first_out), sv.ChainOutput(**second_out)
+    sv.verify(sv.Standard(), batch, sv.Randomness(1), first, synchronize=False)
+    # Refused on the host before the workspace is touched: the first verify's check still holds.
+    with pytest.raises(sv.InvalidInput, match="rule parameter beta = -1 is out of range"):
+        sv.verify(sv.Ears(-1.0), batch, sv.Randomness(1), second, synchronize=False)
+    sv.check(first)
+    same(cpu_out, first_out)
     sv.verify(sv.Standard(), batch, sv.Randomness(1), first, synchronize=False)
     sv.verify(sv.Standard(), batch, sv.Randomness(1), second, synchronize=False)
     with pytest.raises(RuntimeError, match="another verify has run"):
         sv.check(first)
     sv.check(second)
+    same(cpu_out, second_out)
 
 
 @needs_gpu
