@@ -68,10 +68,7 @@ struct PyOffsets {
   }
   void check_total() const {
     const std::int32_t total = data()[batch_size];
-    if (batch_size > 0 && total != drafts()) {
-      reject(offsets_name, "[B] = ", std::to_string(total), " but draft_tokens holds ",
-             std::to_string(drafts()), " tokens");
-    }
+    if (batch_size > 0 && total != drafts()) throw invalid_input(OffsetsTotal{offsets_name, drafts()}.mismatch(total));
   }
 
   /// Sequence b's entries (drafts or nodes), or -1 where the offsets decrease (C++ rejects them).

@@ -111,11 +111,7 @@ void check_locked(const CudaPending& pending) {
   TotalFinding found{};
   throw_on_error(cudaMemcpyAsync(&found, pending.slot->data, sizeof found, cudaMemcpyDeviceToHost, stream), "check");
   throw_on_error(cudaStreamSynchronize(stream), "check");
-  if (found.wrong) {
-    throw invalid_input(std::string("specverify: ") + pending.total.offsets_name + "[B] = " +
-                        std::to_string(found.total) + " but draft_tokens holds " +
-                        std::to_string(pending.total.entries) + " tokens");
-  }
+  if (found.wrong) throw invalid_input(pending.total.mismatch(found.total));
   cuda::check(pending.workspace, stream);
 }
 

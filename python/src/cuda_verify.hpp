@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <variant>
 
 #include <specverify/specverify.hpp>
@@ -31,6 +32,12 @@ struct CudaCall {
 struct OffsetsTotal {
   const char* offsets_name;
   std::int64_t entries;
+
+  /// The error where offsets[B] is `total` (the CPU path's words, checked on its copy).
+  std::string mismatch(std::int64_t total) const {
+    return std::string("specverify: ") + offsets_name + "[B] = " + std::to_string(total) +
+           " but draft_tokens holds " + std::to_string(entries) + " tokens";
+  }
 };
 
 /// A verify that has been enqueued and not yet checked (cuda_verify.cu).
