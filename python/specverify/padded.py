@@ -4,6 +4,8 @@
 The rows are read in place, never copied: a sequence that drafted fewer than K tokens keeps its
 rows where the padded tensor has them. The tokens are those the ragged API (sv.verify on a
 ChainBatch or LogitsChainBatch holding the same rows) gives for the same seed and offset.
+Probabilities run where the tensors are, the CPU or a CUDA device (on PyTorch's current stream,
+synchronised); logits (params=) run on the CPU.
 
     tokens, num_accepted = sv.padded.verify(sv.Standard(), draft_token_ids, target_probs, draft_probs)
 """
@@ -39,10 +41,9 @@ def _expect_dtype(name, a, torch, expected):
     raise TypeError(f"specverify: {name} must hold {expected}, got {got} (arrays are never converted or copied)")
 
 
-def _expect_cpu(name, a):
+def _on_cuda(a):
     device = getattr(a, "device", None)
-    if device is not None and str(device) != "cpu":
-        raise _core.InvalidInput(f"specverify: {name} must be on the CPU in this build, got device {device}")
+    return getattr(device, "type", None) == "cuda"
 
 
 def _rows(name, a, torch, rows, vocab):
@@ -95,28 +96,36 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
             raise _core.InvalidInput(f"specverify: draft has shape {shape}, but draft_token_ids {(B, K)} and target "
                                      f"need [{B}, {K}, {V}]")
         _expect_dtype("draft", draft, torch, "float32")
-    for name, a in (("draft_token_ids", draft_token_ids), ("target", target), ("draft", draft),
-                    ("num_draft_tokens", num_draft_tokens)):
-        if a is not None:
-            _expect_cpu(name, a)
-
-    if num_draft_tokens is None:
-        counts = np.full(B, K, np.int32)
-    else:
+    arguments = (("draft_token_ids", draft_token_ids), ("target", target), ("draft", draft),
+                 ("num_draft_tokens", num_draft_tokens))
+    if num_draft_tokens is not None:
         if _shape("num_draft_tokens", num_draft_tokens, 1) != (B,):
             raise _core.InvalidInput(f"specverify: num_draft_tokens has shape {tuple(num_draft_tokens.shape)}, "
                                      f"but it needs one count per sequence ({B})")
         _expect_dtype("num_draft_tokens", num_draft_tokens, torch, "int32")
-        counts = _as_numpy(num_draft_tokens)
-        bad = np.flatnonzero((counts < 0) | (counts > K))
-        if bad.size:
-            b = int(bad[0])
-            raise _core.InvalidInput(f"specverify: num_draft_tokens[{b}] = {int(counts[b])} must be in [0, {K}]")
 
-    # The drafts past each count are not verified; zeros keep the batch's token check off them.
-    ids = _as_numpy(draft_token_ids)
-    tokens_in = np.where(np.arange(K) < counts[:, None], ids, 0).astype(np.int32).reshape(-1)
-    offsets = np.arange(B + 1, dtype=np.int32) * K
+    # Everything below is where target is; the library checks that every array is there too, and
+    # checks each count against its sequence's K slots.
+    device = target.device if _on_cuda(target) else None
+    if params is None:
+        # The drafts past each count are not read, nor checked.
+        tokens_in = draft_token_ids.reshape(-1)
+    else:
+        for name, a in arguments:
+            if _on_cuda(a):
+                raise _core.InvalidInput(f"specverify: {name} is on {a.device}, but padded logits (params=) take "
+                                         f"CPU arrays for now (probabilities take CUDA tensors)")
+        # The drafts past each count are not verified; zeros keep the batch's token check off them.
+        counts = np.full(B, K, np.int32) if num_draft_tokens is None else _as_numpy(num_draft_tokens)
+        ids = _as_numpy(draft_token_ids)
+        tokens_in = np.where(np.arange(K) < counts[:, None], ids, 0).astype(np.int32).reshape(-1)
+    if device is not None:
+        offsets = torch.arange(B + 1, dtype=torch.int32, device=device) * K
+        counts = (torch.full((B,), K, dtype=torch.int32, device=device) if num_draft_tokens is None
+                  else num_draft_tokens)
+    else:
+        offsets = np.arange(B + 1, dtype=np.int32) * K
+        counts = np.full(B, K, np.int32) if num_draft_tokens is None else num_draft_tokens
     p = _rows("target", target, torch, B * (K + 1), V)
     q = None if draft is None else _rows("draft", draft, torch, B * K, V)
     if params is None:
@@ -125,8 +134,8 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
         batch = _core.LogitsChainBatch(draft_offsets=offsets, draft_tokens=tokens_in, target_logits=p,
                                        draft_logits=q, target_params=params)
     if torch is not None:
-        tokens = torch.empty((B, K + 1), dtype=torch.int32)
-        num_accepted = torch.empty(B, dtype=torch.int32)
+        tokens = torch.empty((B, K + 1), dtype=torch.int32, device=device)
+        num_accepted = torch.empty(B, dtype=torch.int32, device=device)
     else:
         tokens = np.empty((B, K + 1), np.int32)
         num_accepted = np.empty(B, np.int32)
@@ -149,7 +158,7 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
                                maybe_output_emitted_draft_token_num=None, deterministic=True, generator=None,
                                seed=None, offset=None):
     """A drop-in for flashinfer.sampling.chain_speculative_sampling (Standard speculative sampling,
-    Leviathan et al.): the same arguments and outputs, on CPU arrays here.
+    Leviathan et al.): the same arguments and outputs, on CPU arrays or CUDA tensors.
 
     draft_probs float32 [B, K, V] (q), draft_token_ids int32 [B, K], target_probs float32
     [B, K+1, V] (p). Returns (output_token_ids int32 [B, K+1]: the accepted drafts, the extra
@@ -169,7 +178,8 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     torch = _torch_module(draft_probs, draft_token_ids, target_probs)
     if seed is None:
         if torch is not None:
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+            where = generator.device if generator is not None else "cpu"
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=where).item())
         else:
             seed = int(np.random.randint(0, 2**62, dtype=np.int64))
     seed = _integer("seed", seed)
@@ -177,14 +187,20 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     tokens, emitted = verify(_core.Standard(), draft_token_ids, target_probs, draft_probs, seed=seed, offset=offset)
 
     B, K = tokens.shape[0], tokens.shape[1] - 1
-    # Every position's own test, on the uniforms verify used (the same float arithmetic).
+    # Every position's own test, on the uniforms verify used (the same float arithmetic), where
+    # the rows are (verify has checked every draft token against the vocabulary).
     u = _core._accept_uniforms(_core.Randomness(seed=seed, offset=offset), B, K)
-    ids = _as_numpy(draft_token_ids).astype(np.int64)[:, :, None]
-    p_x = np.take_along_axis(_as_numpy(target_probs)[:, :K], ids, axis=2)[:, :, 0]
-    q_x = np.take_along_axis(_as_numpy(draft_probs), ids, axis=2)[:, :, 0] if draft_probs is not None else 1.0
-    passed = (u * q_x < p_x).sum(axis=1).astype(np.int32)
     if torch is not None:
-        passed = torch.from_numpy(passed)
+        p, ids = torch.as_tensor(target_probs), torch.as_tensor(draft_token_ids).long()[:, :, None]
+        u = torch.from_numpy(u).to(p.device)
+        p_x = torch.gather(p[:, :K], 2, ids)[:, :, 0]
+        q_x = torch.gather(torch.as_tensor(draft_probs), 2, ids)[:, :, 0] if draft_probs is not None else 1.0
+        passed = (u * q_x < p_x).sum(dim=1, dtype=torch.int32)
+    else:
+        ids = np.asarray(draft_token_ids).astype(np.int64)[:, :, None]
+        p_x = np.take_along_axis(np.asarray(target_probs)[:, :K], ids, axis=2)[:, :, 0]
+        q_x = np.take_along_axis(np.asarray(draft_probs), ids, axis=2)[:, :, 0] if draft_probs is not None else 1.0
+        passed = (u * q_x < p_x).sum(axis=1).astype(np.int32)
 
     def counted(given, values, name):
         if given is None:

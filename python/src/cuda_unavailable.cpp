@@ -17,7 +17,7 @@ namespace {
 
 bool cuda_built() { return false; }
 CudaResult cuda_verify(const CudaChainRule&, const ChainBatch<float>&, const Randomness&, const ChainOutput&,
-                       const OffsetsTotal&, const CudaCall&) {
+                       const OffsetsTotal&, const CudaCall&, const std::int32_t*) {
   unavailable();
 }
 CudaResult cuda_verify(const CudaTreeRule&, const TreeBatch<float>&, const Randomness&, const TreeOutput&,

@@ -85,6 +85,7 @@ __global__ void copy_offsets(const std::int32_t* offsets, std::int32_t B, std::i
   }
 }
 
+/// (A PaddedChainBatch's are its ChainBatch's.)
 const std::int32_t*& offsets_of(ChainBatch<float>& batch) { return batch.draft_offsets; }
 const std::int32_t*& offsets_of(TreeBatch<float>& batch) { return batch.node_offsets; }
 
@@ -161,7 +162,11 @@ CudaResult run(const RuleVariant& rule, Batch batch, const Randomness& randomnes
 bool cuda_built() { return true; }
 
 CudaResult cuda_verify(const CudaChainRule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
-                       const ChainOutput& out, const OffsetsTotal& total, const CudaCall& call) {
+                       const ChainOutput& out, const OffsetsTotal& total, const CudaCall& call,
+                       const std::int32_t* num_draft_tokens) {
+  if (num_draft_tokens) {
+    return cuda_detail::run(rule, core::PaddedChainBatch<float>{batch, num_draft_tokens}, randomness, out, total, call);
+  }
   return cuda_detail::run(rule, batch, randomness, out, total, call);
 }
 CudaResult cuda_verify(const CudaTreeRule& rule, const TreeBatch<float>& batch, const Randomness& randomness,

@@ -54,9 +54,11 @@ bool cuda_built();
 
 /// Enqueues cuda::verify on call.stream with this device and stream's workspace (kept by the
 /// module, grown as needed); with call.synchronize, waits and raises invalid_input as the CPU does.
+/// With `num_draft_tokens` (device int32 [B]), the chains are padded (core/padded_chain.hpp).
 /// Call without the GIL.
 CudaResult cuda_verify(const CudaChainRule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
-                       const ChainOutput& out, const OffsetsTotal& total, const CudaCall& call);
+                       const ChainOutput& out, const OffsetsTotal& total, const CudaCall& call,
+                       const std::int32_t* num_draft_tokens = nullptr);
 CudaResult cuda_verify(const CudaTreeRule& rule, const TreeBatch<float>& batch, const Randomness& randomness,
                        const TreeOutput& out, const OffsetsTotal& total, const CudaCall& call);
 

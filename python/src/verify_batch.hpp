@@ -55,10 +55,13 @@ struct Fresh {
   PyRandomness randomness;
   CallDevice device;
 
-  Fresh(py::handle rule, const PyBatch& batch_, const PyRandomness& randomness_, const PyOut& out_)
+  /// `more`: the call's inputs beyond the batch, randomness and rule (padded chains' counts).
+  Fresh(py::handle rule, const PyBatch& batch_, const PyRandomness& randomness_, const PyOut& out_,
+        const std::vector<Extent>& more = {})
       : batch(batch_.fresh()), out(out_.fresh()), randomness(randomness_.fresh()) {
     std::vector<Extent> inputs = batch.inputs();
     for (const Extent& e : randomness.inputs()) inputs.push_back(e);
+    for (const Extent& e : more) inputs.push_back(e);
     add_rule_inputs(rule, inputs);
     expect_apart(out.outputs(), inputs);
     if constexpr (!kOnCuda<PyBatch>) {
@@ -142,9 +145,10 @@ struct is_alternative<std::variant<Rules...>, Rule> : std::disjunction<std::is_s
 /// The CUDA half of verify_batch, for ChainBatch and TreeBatch (cuda_verify.hpp): the C++ views
 /// point at the arrays on the device (nothing is copied to the host), the offsets' total is checked
 /// on the device, and `out` keeps the verify until sv.check where it does not synchronise.
+/// `num_draft_tokens` (device int32 [B], chains only): padded chains (core/padded_chain.hpp).
 template <class PyBatch, class PyOut>
 py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& out, const py::object& stream,
-                          bool synchronize) {
+                          bool synchronize, const std::int32_t* num_draft_tokens = nullptr) {
   static_assert(kOnCuda<PyBatch>, "Fresh refuses the CUDA arrays of the other batch kinds");
   constexpr bool kChains = std::is_same_v<PyBatch, PyChainBatch>;
   if (!now.batch.shard.whole()) reject("a sharded batch takes verify(..., all_gather=fn) and CPU arrays");
@@ -159,7 +163,11 @@ py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& ou
     using Rule = std::decay_t<decltype(cpp_rule)>;
     if constexpr (is_alternative<Variant, Rule>::value) {
       py::gil_scoped_release release;
-      return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, total, call);
+      if constexpr (kChains) {
+        return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, total, call, num_draft_tokens);
+      } else {
+        return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, total, call);
+      }
     } else {
       static_assert(std::is_same_v<Rule, Coupled> || std::is_same_v<Rule, SpecDecPP<Coupled>>,
                     "every other rule of this shape is one of CUDA's");

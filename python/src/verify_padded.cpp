@@ -1,9 +1,7 @@
 // verify() over padded chains (specverify.padded): a ChainBatch or LogitsChainBatch in which every
-// sequence owns K draft slots and K + 1 target rows, of which sequence b uses its first counts[b].
-// The ragged layout packs sequence b's rows right after sequence b - 1's, so a padded [B, K+1, V]
-// tensor with counts below K has gaps it cannot address; walking the all-K batch with shorter
-// chains reads the rows in place instead, with the ragged API's uniforms (keyed by sequence and
-// position, never by row).
+// sequence owns K draft slots and K + 1 target rows, of which sequence b uses its first counts[b]
+// (core/padded_chain.hpp), read in place with the ragged API's uniforms (keyed by sequence and
+// position, never by row). Chains of probabilities run on the CPU or CUDA, logits on the CPU.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -12,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <specverify/core/padded_chain.hpp>
 #include <specverify/specverify.hpp>
 
 #include "arrays.hpp"
@@ -23,54 +22,50 @@ namespace specverify::python {
 
 namespace {
 
-/// The chain layout of the all-K batch, cut to counts[b] drafts per sequence. Rows and per-draft
-/// entries keep their padded places: sequence b's target rows start at b (K + 1), its drafts at b K.
-struct PaddedLayout : core::ChainLayout {
-  const std::int32_t* counts{};
+/// Sequence b's count, checked on the host (the CPU's logits path) in the shared words.
+void check_count(std::int32_t b, std::int32_t count, std::int32_t slots) {
+  if (count < 0 || count > slots) core::raise(core::draft_count_finding(b, count, slots));
+}
 
-  std::int32_t count(std::int32_t b) const { return counts[b]; }
-  std::int32_t child(std::int32_t b, std::int32_t node, std::int32_t after) const {
-    const std::int32_t next = node + 1;
-    return next > after && next < count(b) ? next : -1;
-  }
-};
-
-/// As verify_batch, with num_draft_tokens int32 [B] (each within its sequence's slots) copied
-/// for the call like the offsets.
+/// As verify_batch, with num_draft_tokens int32 [B] (each within its sequence's slots), on the
+/// arrays' device: on the CPU copied for the call like the offsets; on CUDA read and checked on
+/// the device (padded chains of probabilities; the call synchronises and raises like the CPU).
 template <class PyBatch>
 VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_draft_tokens,
-                          const PyRandomness& randomness, const PyChainOutput& out, const py::int_& max_threads) {
+                          const PyRandomness& randomness, PyChainOutput& out, const py::int_& max_threads) {
   const std::int32_t threads = thread_cap(max_threads);
-  Fresh<PyBatch, PyChainOutput> now(rule, batch, randomness, out);
-  now.expect_host("specverify.padded");
+  const Array counts = as_array(num_draft_tokens, "num_draft_tokens", Elem::int32, 1);
+  Fresh<PyBatch, PyChainOutput> now(rule, batch, randomness, out, {extent_of(counts, "num_draft_tokens", Elem::int32)});
   PyBatch& batch_now = now.batch;
+  expect_extent(counts, "num_draft_tokens", 0, batch_now.batch_size, "it needs one count per sequence");
+  if constexpr (kOnCuda<PyBatch>) {
+    if (now.device.cuda) {
+      const py::object stats = verify_on_cuda(rule, now, out, py::none(), true, static_cast<const std::int32_t*>(counts.data));
+      return stats.cast<VerifyStats>();
+    }
+  }
+  out.pending.reset();
   const PyChainOutput& out_now = now.out;
   const PyRandomness& random_now = now.randomness;
   const auto batch_view = batch_now.view();
-  const Array counts = as_array(num_draft_tokens, "num_draft_tokens", Elem::int32, 1);
-  expect_host(counts, "num_draft_tokens", "specverify.padded");
-  expect_extent(counts, "num_draft_tokens", 0, batch_now.batch_size, "it needs one count per sequence");
   std::vector<std::int32_t> counts_copy;
   snapshot(counts, counts_copy);
-  for (std::int32_t b = 0; b < batch_now.batch_size; ++b) {
-    const std::int64_t slots = batch_now.offsets.count(b);
-    if (counts_copy[b] < 0 || counts_copy[b] > slots) {
-      reject("num_draft_tokens[", std::to_string(b), "] = ", std::to_string(counts_copy[b]), " must be in [0, ",
-             std::to_string(slots), "]");
-    }
-  }
   const ChainOutput out_view = out_now.view(batch_now.batch_size);
   const Randomness random_view = random_now.view(batch_now.batch_size, batch_now.drafts());
   return with_rule<PyBatch::kShape>(rule, batch_now.drafts(), [&](const auto& cpp_rule) {
     py::gil_scoped_release release;
     return with_view(batch_view, [&](const auto& rows) {
-      PaddedLayout layout;
-      static_cast<core::ChainLayout&>(layout) = core::ChainLayout::of(rows);
-      layout.counts = counts_copy.data();
       const CpuOptions options{threads};
       if constexpr (std::is_same<PyBatch, PyChainBatch>::value) {
-        return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, rows, layout, random_view, out_view, options);
+        // The counts are checked with the batch by the shared checks, as on CUDA.
+        const core::PaddedChainBatch<float> padded{rows, counts_copy.data()};
+        return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, padded, core::PaddedChainLayout::of(padded),
+                                                            random_view, out_view, options);
       } else {
+        for (std::int32_t b = 0; b < rows.batch_size; ++b) check_count(b, counts_copy[b], rows.draft_offsets[b + 1] - rows.draft_offsets[b]);
+        core::PaddedChainLayout layout;
+        static_cast<core::ChainLayout&>(layout) = core::ChainLayout::of(rows);
+        layout.counts = counts_copy.data();
         return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, rows, layout, random_view, out_view, options);
       }
     });

@@ -52,6 +52,19 @@ def to(module, a):
     return module.from_numpy(a)
 
 
+def gpu_available():
+    """Whether the module has its CUDA backend and PyTorch sees a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    import specverify as sv
+    return sv.cuda_built and torch.cuda.is_available()
+
+
+needs_gpu = pytest.mark.skipif(not gpu_available(), reason="no CUDA device with PyTorch (or module built without CUDA)")
+
+
 def normalised(w):
     w = np.asarray(w, np.float64) + 1e-12
     return (w / w.sum(axis=1, keepdims=True)).astype(np.float32)

@@ -12,20 +12,9 @@ import numpy as np
 import pytest
 
 import specverify as sv
-from conftest import Chains
+from conftest import Chains, gpu_available, needs_gpu
 
 kDLCPU, kDLCUDA = 1, 2
-
-
-def gpu_available():
-    try:
-        import torch
-    except ImportError:
-        return False
-    return sv.cuda_built and torch.cuda.is_available()
-
-
-needs_gpu = pytest.mark.skipif(not gpu_available(), reason="no CUDA device with PyTorch (or module built without CUDA)")
 
 
 # --- DLPack capsules that claim a CUDA device, for the checks made before any memory is read ---

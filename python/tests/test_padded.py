@@ -1,10 +1,12 @@
 """specverify.padded: the padded shapes ([B, K] drafts, [B, K+1, V] target rows) against the ragged
 API token for token, errors naming the argument, and the FlashInfer-shaped wrapper's law."""
+import re
+
 import numpy as np
 import pytest
 import specverify as sv
 
-from conftest import as_numpy, chi_square, chi_square_bound, normalised, to
+from conftest import as_numpy, chi_square, chi_square_bound, needs_gpu, normalised, to
 
 # (rule factory given a per-draft array laid out like the drafts it is verified with, name)
 RULES = [
@@ -170,8 +172,10 @@ def test_errors_name_the_argument(rng, module):
         (sv.InvalidInput, "draft", dict(draft=to(module, np.ascontiguousarray(c.q[:, :, :5])))),
         (sv.InvalidInput, "draft", dict(draft=to(module, c.q[0]))),
         (sv.InvalidInput, "num_draft_tokens", dict(num_draft_tokens=to(module, c.counts[:2].copy()))),
-        (sv.InvalidInput, r"num_draft_tokens\[1\] = 3", dict(num_draft_tokens=to(module, np.array([2, 3, 0], np.int32)))),
-        (sv.InvalidInput, r"num_draft_tokens\[2\] = -1", dict(num_draft_tokens=to(module, np.array([2, 0, -1], np.int32)))),
+        (sv.InvalidInput, re.escape("sequence 1: num_draft_tokens = 3 must be in [0, 2] (its draft slots)"),
+         dict(num_draft_tokens=to(module, np.array([2, 3, 0], np.int32)))),
+        (sv.InvalidInput, re.escape("sequence 2: num_draft_tokens = -1 must be in [0, 2] (its draft slots)"),
+         dict(num_draft_tokens=to(module, np.array([2, 0, -1], np.int32)))),
     ]
     for error, name, change in cases:
         args = dict(draft_token_ids=ids, target=p, draft=q, num_draft_tokens=counts)
@@ -184,6 +188,10 @@ def test_errors_name_the_argument(rng, module):
         sv.padded.verify(std, to(module, bad), p, q, counts)
     with pytest.raises(sv.InvalidInput, match="target_params"):
         sv.padded.verify(std, ids, p, q, counts, params=sv.sampling_params(2))
+    # Logits are checked on the host before their rows, in the same words.
+    with pytest.raises(sv.InvalidInput, match=re.escape("sequence 1: num_draft_tokens = 3 must be in [0, 2] (its "
+                                                        "draft slots)")):
+        sv.padded.verify(std, ids, p, q, to(module, np.array([2, 3, 0], np.int32)), params=sv.sampling_params(3))
 
 
 def test_empty_batch_and_no_drafts(rng, module):
@@ -264,3 +272,56 @@ def test_flashinfer_first_token_follows_p(rng):
     tokens, _, _ = sv.padded.chain_speculative_sampling(draft, ids, target, seed=12, offset=0)
     counts = np.bincount(tokens[:, 0], minlength=V)
     assert chi_square(counts, p0 / p0.sum()) < chi_square_bound(V - 1)
+
+
+# --- On a GPU: CUDA tensors give the CPU's outputs, on their device ---
+
+def cuda_rule(rule_of, a, torch):
+    """rule_of with its per-draft array on the GPU."""
+    return rule_of(torch.from_numpy(np.ascontiguousarray(a)).cuda())
+
+
+@needs_gpu
+@pytest.mark.parametrize("make_rule, name", RULES, ids=[n for _, n in RULES])
+@pytest.mark.parametrize("one_hot", [False, True], ids=["q", "one-hot"])
+def test_cuda_tensors_give_the_cpus_outputs(rng, make_rule, name, one_hot):
+    import torch
+    K, V = 5, 1000
+    for B in (1, 23):
+        c = Padded(rng, counts_for(rng, B, K), K, V, one_hot=one_hot)
+        seeds = rng.integers(0, 2**63, B, dtype=np.uint64)
+        expected = sv.padded.verify(make_rule(c.scores.reshape(-1)), c.ids, c.p, c.q, c.counts, seed=4, offset=1,
+                                    sequence_seeds=seeds)
+
+        def gpu(a):
+            return None if a is None else torch.from_numpy(a).cuda()
+        got = sv.padded.verify(cuda_rule(make_rule, c.scores.reshape(-1), torch), gpu(c.ids), gpu(c.p), gpu(c.q),
+                               gpu(c.counts), seed=4, offset=1, sequence_seeds=gpu(seeds))
+        assert all(t.is_cuda for t in got)
+        np.testing.assert_array_equal(got[0].cpu().numpy(), expected[0])
+        np.testing.assert_array_equal(got[1].cpu().numpy(), expected[1])
+
+
+@needs_gpu
+def test_cuda_errors_are_the_cpus(rng):
+    import torch
+    c = Padded(rng, [2, 1, 2], 2, 8)
+    ids, p, q = (torch.from_numpy(a).cuda() for a in (c.ids, c.p, c.q))
+    message = re.escape("sequence 1: num_draft_tokens = 3 must be in [0, 2] (its draft slots)")
+    with pytest.raises(sv.InvalidInput, match=message):
+        sv.padded.verify(sv.Standard(), ids, p, q, torch.tensor([2, 3, 0], dtype=torch.int32, device="cuda"))
+    with pytest.raises(sv.InvalidInput, match="num_draft_tokens is on the CPU, but draft_offsets is on CUDA device 0"):
+        sv.padded.verify(sv.Standard(), ids, p, q, torch.from_numpy(c.counts))
+    with pytest.raises(sv.InvalidInput, match=r"draft_token_ids is on cuda:0, but padded logits \(params=\) take CPU"):
+        sv.padded.verify(sv.Standard(), ids, p, q, params=sv.sampling_params(3))
+
+
+@needs_gpu
+def test_cuda_flashinfer_outputs_are_the_cpus(rng):
+    import torch
+    c = Padded(rng, [4] * 9, 4, 300)
+    expected = sv.padded.chain_speculative_sampling(c.q, c.ids, c.p, seed=7, offset=2)
+    got = sv.padded.chain_speculative_sampling(*(torch.from_numpy(a).cuda() for a in (c.q, c.ids, c.p)), seed=7, offset=2)
+    for x, y in zip(got, expected):
+        assert x.is_cuda
+        np.testing.assert_array_equal(x.cpu().numpy(), y)

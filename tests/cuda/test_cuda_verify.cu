@@ -16,6 +16,7 @@
 
 #include "bad_inputs.hpp"
 #include "device_support.cuh"
+#include "padded_chains.hpp"
 #include "support.hpp"
 #include "typical_acceptance.hpp"
 
@@ -628,6 +629,93 @@ TEST(BadInput, EmptyBatchIsValidAndWritesNothing) {
   cuda_ok(cuda::verify(Standard{}, b, Randomness{}, ChainOutput{}, w, nullptr));
   cuda::check(w, nullptr);
   EXPECT_EQ(cuda::read_stats(w, nullptr).drafted, 0);
+}
+
+// ---- Padded chains (core/padded_chain.hpp): the counts read and checked on the device ----
+
+/// A Padded step on the device, with outputs filled with 12345 (logprobs NaN) and a workspace.
+struct DevicePadded {
+  DeviceArray<std::int32_t> offsets, tokens, counts, out_tokens, accepted;
+  DeviceArray<float> p, q, logprobs;
+  DeviceArray<unsigned char> workspace_data;
+  core::PaddedChainBatch<float> batch;
+  ChainOutput out;
+  cuda::Workspace workspace;
+
+  explicit DevicePadded(const testing::Padded& h) {
+    offsets.assign(h.offsets);
+    tokens.assign(h.tokens);
+    counts.assign(h.counts);
+    p.assign(h.p);
+    q.assign(h.q);
+    batch = h.batch();
+    batch.draft_offsets = offsets.get();
+    batch.draft_tokens = tokens.get();
+    batch.num_draft_tokens = counts.get();
+    batch.target_probs = p.get();
+    batch.draft_probs = q.get();
+    const std::size_t slots = std::size_t(h.B) * (h.K + 1);
+    out_tokens.assign(std::vector<std::int32_t>(slots, 12345));
+    accepted.assign(std::vector<std::int32_t>(std::size_t(h.B), 12345));
+    logprobs.assign(std::vector<float>(slots, testing::kNaN));
+    out = ChainOutput{out_tokens.get(), h.K + 1, accepted.get()};
+    out.logprobs = logprobs.get();
+    const std::size_t bytes = cuda::workspace_bytes(Standard{}, batch, out);
+    workspace_data.assign(std::vector<unsigned char>(bytes));
+    workspace = cuda::Workspace{workspace_data.get(), bytes};
+  }
+};
+
+template <class Rule>
+void expect_padded_like_cpu(const Rule& rule, std::uint64_t seed, std::int32_t blocks_per_row) {
+  std::mt19937_64 rng(seed);
+  testing::Padded host(23, 5, 3000, rng);
+  const Randomness r{seed, 4};
+  const core::PaddedChainBatch<float> batch = host.batch();
+  const VerifyStats cpu_stats =
+      cpu::detail::verify_probs<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), r, host.output(), {});
+  DevicePadded d(host);
+  cuda_ok(cuda::verify(rule, d.batch, r, d.out, d.workspace, nullptr, cuda::Launch{blocks_per_row}));
+  cuda::check(d.workspace, nullptr);
+  const VerifyStats gpu_stats = cuda::read_stats(d.workspace, nullptr);
+  EXPECT_EQ(d.out_tokens.read(), host.out_tokens);
+  EXPECT_EQ(d.accepted.read(), host.accepted);
+  testing::expect_same_logprobs(d.logprobs.read(), host.logprobs);
+  EXPECT_EQ(gpu_stats.drafted, cpu_stats.drafted);
+  EXPECT_EQ(gpu_stats.accepted, cpu_stats.accepted);
+  EXPECT_EQ(gpu_stats.relaxed, cpu_stats.relaxed);
+  EXPECT_EQ(gpu_stats.target_checked, cpu_stats.target_checked);
+  EXPECT_GT(cpu_stats.accepted, 0);
+}
+
+TEST(PaddedChains, EveryKindOfRuleGivesTheCpusOutputsInPlace) {
+  REQUIRE_DEVICE();
+  for (const std::int32_t blocks : {1, 0, 4}) {
+    SCOPED_TRACE(blocks);
+    expect_padded_like_cpu(Standard{}, 11, blocks);
+    expect_padded_like_cpu(Greedy{}, 12, blocks);
+    expect_padded_like_cpu(Ears{0.3f}, 13, blocks);
+    expect_padded_like_cpu(Block{}, 14, blocks);
+    expect_padded_like_cpu(Traversal{}, 15, blocks);
+  }
+}
+
+TEST(PaddedChains, ACountOutsideItsSlotsIsTheCpusErrorAndNothingIsWritten) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(16);
+  testing::Padded host(4, 3, 50, rng);
+  host.counts[2] = 4;
+  DevicePadded d(host);
+  cuda_ok(cuda::verify(Standard{}, d.batch, Randomness{}, d.out, d.workspace, nullptr));
+  try {
+    cuda::check(d.workspace, nullptr);
+    ADD_FAILURE() << "no invalid_input";
+  } catch (const invalid_input& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "specverify::verify: sequence 2: num_draft_tokens = 4 must be in [0, 3] (its draft slots)");
+  }
+  EXPECT_THAT(d.out_tokens.read(), ::testing::Each(12345));
+  EXPECT_THAT(d.accepted.read(), ::testing::Each(12345));
 }
 
 // ---- The documented edge cases give the CPU's tokens ----

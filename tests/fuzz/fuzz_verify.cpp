@@ -8,6 +8,9 @@
 // its n_b <= k_b accepted drafts (equal to the input), one extra token in [0, V) that the row it
 // came from gives positive mass, then kNoToken; no accepted draft has p(x) = 0; the statistics add
 // up. Input the harness knows is malformed must throw; input it knows is well formed must not.
+// Some cases are padded chains (core/padded_chain.hpp): each sequence walks the first
+// num_draft_tokens[b] of its slots, sometimes a count outside them; what lies past a count (bad
+// tokens, uniforms, scores) is never read.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "fuzz_check.hpp"
+#include "specverify/core/padded_chain.hpp"
 #include "specverify/specverify.hpp"
 #include "typical_acceptance.hpp"
 
@@ -75,7 +79,9 @@ struct Case {
   bool known_bad = false;   // structurally malformed: verify must throw
   bool values_ok = true;    // every value the harness wrote is a valid probability, row max, ...
   bool scores_ok = true;    // verifier scores / acceptance probabilities all in [0, 1]
-  std::vector<std::int32_t> offsets, tokens, out_tokens, accepted;
+  bool padded = false;      // verified as padded chains of `counts`
+  std::vector<std::int32_t> offsets, tokens, out_tokens, accepted, counts;
+  std::vector<bool> used;   // per draft slot: within its sequence's count (all, unless padded)
   std::vector<float> p, q, row_max, accept_u, sample_u, scores;
   std::vector<std::uint64_t> seeds;
   std::int64_t target_rows = 0, t_stride = 0, d_stride = 0;
@@ -121,6 +127,22 @@ void build(FuzzedDataProvider& in, Case& c) {
   const bool sized = !c.known_bad;  // buffers only make sense for a well-formed shape
   c.batch.draft_offsets = B > 0 || in.ConsumeBool() ? c.offsets.data() : nullptr;
 
+  // Padded: a count per sequence, mostly within its slots, sometimes outside (invalid).
+  c.used.assign(static_cast<std::size_t>(drafts), true);
+  if (sized && in.ConsumeIntegral<std::uint8_t>() < 64) {
+    c.padded = true;
+    for (std::int32_t b = 0; b < Bn; ++b) {
+      const std::int32_t slots = c.offsets[b + 1] - c.offsets[b];
+      std::int32_t n = in.ConsumeIntegralInRange<std::int32_t>(0, slots);
+      if (in.ConsumeIntegral<std::uint8_t>() >= 250) {
+        n = in.ConsumeBool() ? -in.ConsumeIntegralInRange<std::int32_t>(1, 3) : slots + in.ConsumeIntegralInRange<std::int32_t>(1, 3);
+        c.known_bad = true;
+      }
+      c.counts.push_back(n);
+      for (std::int32_t j = std::max(n, 0); j < slots; ++j) c.used[c.offsets[b] + j] = false;
+    }
+  }
+
   // Strides: 0 (= V), padded, or smaller than V (invalid where there are rows: an empty batch
   // reads nothing, and is checked only for its sizes and the rule's parameters).
   const auto stride = [&](std::int64_t& s) {
@@ -138,13 +160,14 @@ void build(FuzzedDataProvider& in, Case& c) {
   // Tokens: in range, or any int32 (out of range is invalid).
   if (sized) {
     c.tokens.resize(static_cast<std::size_t>(drafts));
-    for (auto& x : c.tokens) {
+    for (std::size_t i = 0; i < c.tokens.size(); ++i) {
+      std::int32_t& x = c.tokens[i];
       const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();
       if (pick < 250) {
         x = pick % V;
       } else {
         x = in.ConsumeIntegral<std::int32_t>();
-        if (x < 0 || x >= V) c.known_bad = true;
+        if ((x < 0 || x >= V) && c.used[i]) c.known_bad = true;
       }
     }
   }
@@ -203,9 +226,9 @@ void build(FuzzedDataProvider& in, Case& c) {
   if (sized && drafts > 0 && in.ConsumeBool()) {
     const bool allow_bad = in.ConsumeIntegral<std::uint8_t>() >= 200;
     c.accept_u.resize(static_cast<std::size_t>(drafts));
-    for (auto& u : c.accept_u) {
-      u = edge_uniform(in, allow_bad);
-      if (!(u >= 0.0f && u < 1.0f)) c.known_bad = true;
+    for (std::size_t i = 0; i < c.accept_u.size(); ++i) {
+      c.accept_u[i] = edge_uniform(in, allow_bad);
+      if (!(c.accept_u[i] >= 0.0f && c.accept_u[i] < 1.0f) && c.used[i]) c.known_bad = true;
     }
     c.randomness.accept_uniforms = c.accept_u.data();
   }
@@ -239,11 +262,12 @@ void build(FuzzedDataProvider& in, Case& c) {
 void per_draft(FuzzedDataProvider& in, Case& c) {
   c.scores.resize(c.tokens.size());
   const bool allow_bad = in.ConsumeIntegral<std::uint8_t>() >= 220;
-  for (auto& s : c.scores) {
+  for (std::size_t i = 0; i < c.scores.size(); ++i) {
+    float& s = c.scores[i];
     const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();
     s = pick < 64 ? 0.0f : pick < 128 ? 1.0f : pick < 240 || !allow_bad ? (pick - 128) / 112.0f
         : (pick % 3 == 0 ? kNaN : pick % 3 == 1 ? 1.0000001f : -1e-30f);
-    if (!(s >= 0.0f && s <= 1.0f)) c.scores_ok = false;
+    if (!(s >= 0.0f && s <= 1.0f) && c.used[i]) c.scores_ok = false;
   }
 }
 
@@ -260,6 +284,8 @@ void describe_current_case() {
                b.draft_probs != nullptr, b.target_row_max != nullptr);
   std::fprintf(stderr, "offsets:");
   for (auto o : c.offsets) std::fprintf(stderr, " %d", o);
+  std::fprintf(stderr, "\npadded=%d counts:", c.padded);
+  for (auto n : c.counts) std::fprintf(stderr, " %d", n);
   std::fprintf(stderr, "\ntokens:");
   for (auto t : c.tokens) std::fprintf(stderr, " %d", t);
   const auto floats = [](const char* name, const std::vector<float>& v) {
@@ -286,10 +312,16 @@ template <class Rule>
 void run(const Rule& rule, Case& c, bool params_ok, bool is_standard) {
   const ChainBatch<float>& batch = c.batch;
   const std::int32_t B = batch.batch_size;
+  const auto call = [&] {
+    if (!c.padded) return verify(rule, batch, c.randomness, c.out);
+    const core::PaddedChainBatch<float> padded{batch, c.counts.data()};
+    return cpu::detail::verify_probs<core::ChainLayout>(rule, padded, core::PaddedChainLayout::of(padded),
+                                                        c.randomness, c.out, CpuOptions{});
+  };
   VerifyStats stats;
   bool threw = false;
   try {
-    stats = verify(rule, batch, c.randomness, c.out);
+    stats = call();
   } catch (const invalid_input&) {
     threw = true;
   }
@@ -303,7 +335,7 @@ void run(const Rule& rule, Case& c, bool params_ok, bool is_standard) {
   const std::int32_t V = batch.vocab_size;
   std::int64_t drafted = 0, accepted = 0, decisions = 0;
   for (std::int32_t b = 0; b < B; ++b) {
-    const std::int32_t first = c.offsets[b], k = c.offsets[b + 1] - first;
+    const std::int32_t first = c.offsets[b], k = c.padded ? c.counts[b] : c.offsets[b + 1] - first;
     const std::int32_t kept = rule_traits<Rule>::cut(rule, first, k);
     CHECK(kept >= 0 && kept <= k, kept, k);
     const std::int32_t n = c.accepted[b];
@@ -349,7 +381,7 @@ void run(const Rule& rule, Case& c, bool params_ok, bool is_standard) {
 
   // Same input, same output (no hidden state between calls).
   std::vector<std::int32_t> first_tokens = c.out_tokens, first_accepted = c.accepted;
-  const VerifyStats again = verify(rule, batch, c.randomness, c.out);
+  const VerifyStats again = call();
   CHECK(first_tokens == c.out_tokens && first_accepted == c.accepted);
   CHECK(again.accepted == stats.accepted && again.relaxed == stats.relaxed &&
         again.target_checked == stats.target_checked);

@@ -72,6 +72,7 @@ enum class Check : std::uint8_t {
   bias_twice,         // a: the entry, c: its token, value: the sequence's earlier entry with that token
   bias_value,         // a: the entry, value
   penalised_logit,    // name: the row's kind, a: the row, c: the index, value: after steps 2-3, other: before
+  draft_count,        // a: a padded chain's num_draft_tokens[b], c: its draft slots (core/padded_chain.hpp)
 };
 
 /// The stages of the order above: a lower stage is reported first.

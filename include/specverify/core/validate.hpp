@@ -122,6 +122,7 @@ inline std::string message(const Finding& f) {
       m << "bias and penalties give " << f.value << " at index " << f.c << " of " << name << " " << f.a
         << " (logit " << f.other << ": a finite logit must stay finite)";
       break;
+    case Check::draft_count: m << "num_draft_tokens = " << f.a << " must be in [0, " << f.c << "] (its draft slots)"; break;
     case Check::guidance_overflow:
       m << "unconditional_first_row = " << f.a << " with its rows at unconditional_stride = " << f.c
         << " overflows the address range";

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "specverify/core/checks.hpp"
+#include "specverify/core/padded_chain.hpp"
 #include "specverify/core/validate.hpp"
 #include "specverify/core/validate_logits.hpp"
 #include "specverify/cuda/verify_kernel.cuh"
@@ -177,6 +178,16 @@ cudaError_t verify(const Rule& rule, const ChainBatch<Prob>& batch,
                    const DeviceRandomness& randomness, const ChainOutput& out,
                    const Workspace& workspace, cudaStream_t stream, const Launch& launch = {}) {
   return detail::launch(rule, batch, detail::from_device(randomness), out, workspace, stream, launch);
+}
+
+/// As above, over padded chains (core/padded_chain.hpp): sequence b walks its first
+/// num_draft_tokens[b] drafts, which stay in their slots; the counts are read and checked on the
+/// device like the offsets (Python's specverify.padded on CUDA tensors).
+template <class Rule, class Prob>
+cudaError_t verify(const Rule& rule, const core::PaddedChainBatch<Prob>& batch, const Randomness& randomness,
+                   const ChainOutput& out, const Workspace& workspace, cudaStream_t stream,
+                   const Launch& launch = {}) {
+  return detail::launch(rule, batch, detail::KernelRandomness{randomness}, out, workspace, stream, launch);
 }
 
 /// Verifies a batch of draft trees with `rule` on `stream`, as the CPU's verify over TreeBatch
