@@ -9,10 +9,10 @@ softmax at temperature 0.8 (and, for top-k 50 + top-p 0.9, the sort-based filter
 of every row, p(x) and q(x) gathered, u q(x) < p(x), the residual max(p - q, 0) at every position
 and the bonus row drawn by the exponential race (argmax of w / Exp(1) noise). Probability rows skip
 the softmax. The names match bench_cuda's (chain/probs/Standard, chain/logits_t0.8/Standard,
-chain/logits_topk50_topp0.9/Standard), so tools/gpu_check.sh sets the two side by side. For
-probability rows it also times specverify's own Python call on the same tensors (sv.verify of a
-ChainBatch of CUDA tensors, synchronize=False), which bench_cuda's C++ figure plus the Python
-layer's cost should match, where the specverify module is importable and was built with CUDA.
+chain/logits_topk50_topp0.9/Standard), so tools/gpu_check.sh sets the two side by side. It
+also times specverify's own Python call on the same tensors (sv.verify of a ChainBatch or
+LogitsChainBatch of CUDA tensors, synchronize=False), which bench_cuda's C++ figure plus the
+Python layer's cost should match, where the specverify module is importable and was built with CUDA.
 Prints a note and exits 0 where torch has no CUDA device.
 """
 import argparse
@@ -75,13 +75,20 @@ def inputs(torch, B, V, K, kind, seed=0):
     return target, draft, tokens
 
 
-def specverify_step(torch, sv, target, draft, tokens):
-    """sv.verify from Python on the same CUDA tensors: the padded rows as a ragged ChainBatch."""
+def specverify_step(torch, sv, target, draft, tokens, kind):
+    """sv.verify from Python on the same CUDA tensors: the padded rows as a ragged ChainBatch, or a
+    LogitsChainBatch with the kind's sampling parameters (host arrays, copied by the call)."""
     B, K = tokens.shape
     V = target.shape[-1]
-    batch = sv.ChainBatch(draft_offsets=torch.arange(B + 1, dtype=torch.int32, device="cuda") * K,
-                          draft_tokens=tokens.to(torch.int32).reshape(-1), target_probs=target.reshape(-1, V),
-                          draft_probs=draft.reshape(-1, V))
+    layout = dict(draft_offsets=torch.arange(B + 1, dtype=torch.int32, device="cuda") * K,
+                  draft_tokens=tokens.to(torch.int32).reshape(-1))
+    if kind == "probs":
+        batch = sv.ChainBatch(**layout, target_probs=target.reshape(-1, V), draft_probs=draft.reshape(-1, V))
+    else:
+        top = kind == "logits_topk50_topp0.9"
+        params = sv.sampling_params(B, temperature=0.8, top_k=50 if top else 0, top_p=0.9 if top else 1.0)
+        batch = sv.LogitsChainBatch(**layout, target_logits=target.reshape(-1, V), draft_logits=draft.reshape(-1, V),
+                                    target_params=params)
     out = sv.ChainOutput(tokens=torch.empty(B, K + 1, dtype=torch.int32, device="cuda"),
                          num_accepted=torch.empty(B, dtype=torch.int32, device="cuda"))
     steps = iter(range(1 << 62))
@@ -137,8 +144,8 @@ def main():
                     step = lambda: engine_step(torch, target, draft, tokens, kind)  # noqa: E731
                     step()  # warm-up (allocator, kernels)
                     us = timed(torch, step, args.reps)
-                    if sv is not None and kind == "probs":
-                        ours = specverify_step(torch, sv, target, draft, tokens)
+                    if sv is not None:
+                        ours = specverify_step(torch, sv, target, draft, tokens, kind)
                         ours()  # warm-up (the module's workspace)
                         python_us = timed(torch, ours, args.reps)
                 except RuntimeError as error:  # out of memory at the largest shapes

@@ -339,6 +339,13 @@ struct Extent {
   std::uintptr_t begin = 0, end = 0;
   bool present = false;
   DLDevice device{kDLCPU, 0};
+  bool copied = false;  // a host array the call copies to the others' device (sampling parameters)
+
+  Extent copied_by_call() const {
+    Extent e = *this;
+    e.copied = true;
+    return e;
+  }
 };
 
 inline Extent extent_of(const Array& a, const char* name, Elem elem) {
@@ -384,12 +391,13 @@ inline std::string describe_device(const DLDevice& d) {
 }
 
 /// The device of every array present in `inputs` and `outputs`, or InvalidInput naming the first
-/// argument that is elsewhere than the first one (nothing is copied between devices).
+/// argument that is elsewhere than the first one (nothing is copied between devices but the
+/// arrays the call copies, which are on the host).
 inline CallDevice call_device(const std::vector<Extent>& inputs, const std::vector<Extent>& outputs) {
   const Extent* first = nullptr;
   for (const std::vector<Extent>* list : {&inputs, &outputs}) {
     for (const Extent& e : *list) {
-      if (!e.present) continue;
+      if (!e.present || e.copied) continue;
       if (!first) {
         first = &e;
       } else if (e.device.device_type != first->device.device_type || e.device.device_id != first->device.device_id) {

@@ -42,10 +42,7 @@ RowTypes<CppBatch> of_row_type(Elem elem, Fill&& fill) {
 }
 
 /// "NAME holds M entries", or "NAME is None".
-std::string holds(const Array& a, const char* name) {
-  if (!a.present()) return std::string(name) + " is None";
-  return std::string(name) + " holds " + std::to_string(a.rows()) + (a.rows() == 1 ? " entry" : " entries");
-}
+std::string holds(const Array& a, const char* name) { return holds_entries(name, a.present(), a.rows()); }
 
 /// An optional per-sequence array [B].
 Array per_sequence(py::handle obj, const char* name, Elem elem, std::int32_t batch_size, bool optional = true) {
@@ -203,10 +200,7 @@ PyTokenList::PyTokenList(py::handle offsets_, py::handle tokens, py::handle valu
 void PyTokenList::check_total(std::int32_t batch_size) const {
   if (!offsets.present() || batch_size == 0) return;  // an empty batch reads no list
   const std::int32_t total = offsets_copy[static_cast<std::size_t>(batch_size)];
-  if (total != entries.size()) {
-    reject(entries.names->offsets, "[B] = ", std::to_string(total), " but ",
-           holds(entries.tokens, entries.names->tokens));
-  }
+  if (total != entries.size()) throw invalid_input(bounds().mismatch(total));
 }
 
 void PyTokenList::add_inputs(std::vector<Extent>& inputs) const {
@@ -273,11 +267,7 @@ void PyLogitsFields::fill(CppBatch& batch, const PyOffsets& offsets) {
     for (std::int32_t b = 0; b < offsets.batch_size; ++b) {
       const std::int64_t count = offsets.count(b);
       if (first[b] < 0 || count < 0) continue;  // -1: no guidance; below -1 or bad offsets: C++ says
-      if (first[b] > available - (count + 1)) {
-        reject("sequence ", std::to_string(b), ": unconditional_first_row = ", std::to_string(first[b]),
-               ", but its ", std::to_string(count + 1), " rows do not fit in unconditional_logits' ",
-               std::to_string(available), " rows");
-      }
+      if (first[b] > available - (count + 1)) throw invalid_input(GuidedRows{available}.mismatch(b, first[b], count + 1));
     }
   }
   batch.target_params = snapshot(target_params, target_params_copy);
@@ -293,9 +283,36 @@ void PyLogitsFields::fill(CppBatch& batch, const PyOffsets& offsets) {
   bias.fill(batch.bias_offsets, batch.bias_tokens, batch.bias_values, offsets.batch_size);
 }
 
+template <class CppBatch>
+void PyLogitsFields::in_place(CppBatch& batch) const {
+  point(batch.target_params, target_params);
+  point(batch.draft_params, draft_params);
+  batch.draft_vocab_size = draft_vocab_size;
+  point(batch.draft_to_target, draft_to_target);
+  point(batch.unconditional_logits, unconditional_logits);
+  batch.unconditional_stride = unconditional_logits.present() ? unconditional_logits.row_stride() : 0;
+  point(batch.unconditional_first_row, unconditional_first_row);
+  point(batch.guidance_scale, guidance_scale);
+  point(batch.allowed_tokens, allowed_tokens);
+  history.in_place(batch.history_offsets, batch.history_tokens, batch.history_counts);
+  bias.in_place(batch.bias_offsets, batch.bias_tokens, batch.bias_values);
+}
+
+void PyLogitsFields::add_bounds(DeviceBounds& bounds) const {
+  if (unconditional_logits.present() && unconditional_first_row.present()) {
+    bounds.first_row = unconditional_first_row.as<const std::int64_t>();
+    bounds.guided = GuidedRows{unconditional_logits.rows()};
+  }
+  bounds.history_offsets = history.offsets.as<const std::int32_t>();
+  bounds.history = history.bounds();
+  bounds.bias_offsets = bias.offsets.as<const std::int32_t>();
+  bounds.bias = bias.bounds();
+}
+
 void PyLogitsFields::add_inputs(std::vector<Extent>& inputs) const {
-  inputs.push_back(extent_of(target_params, "target_params", Elem::sampling_params));
-  inputs.push_back(extent_of(draft_params, "draft_params", Elem::sampling_params));
+  // Sampling parameters are NumPy arrays: a CUDA call copies them to its device.
+  inputs.push_back(extent_of(target_params, "target_params", Elem::sampling_params).copied_by_call());
+  inputs.push_back(extent_of(draft_params, "draft_params", Elem::sampling_params).copied_by_call());
   inputs.push_back(extent_of(draft_to_target, "draft_to_target", Elem::int32));
   inputs.push_back(extent_of(unconditional_logits, "unconditional_logits", unconditional_logits.elem));
   inputs.push_back(extent_of(unconditional_first_row, "unconditional_first_row", Elem::int64));
@@ -434,6 +451,21 @@ std::vector<Extent> PyLogitsTreeBatch::inputs() const {
   return inputs;
 }
 
+RowTypes<LogitsChainBatch> PyLogitsChainBatch::device_view() const {
+  return of_row_type<LogitsChainBatch>(target_logits.elem, [&](auto& b) {
+    b.batch_size = batch_size;
+    b.vocab_size = global_vocab;
+    b.draft_offsets = offsets.offsets.as<const std::int32_t>();
+    b.draft_tokens = drafts() ? offsets.draft_tokens.as<const std::int32_t>() : nullptr;
+    point(b.target_logits, target_logits);
+    point(b.draft_logits, draft_logits);
+    b.target_stride = target_logits.row_stride();
+    b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
+    fields.in_place(b);
+    b.shard = shard;
+  });
+}
+
 RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::view() {
   offsets.snapshot();
   return of_row_type<LogitsTreeBatch>(target_logits.elem, [&](auto& b) {
@@ -448,6 +480,24 @@ RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::view() {
     b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
     b.drafted = drafted;
     fields.fill(b, offsets);
+    b.shard = shard;
+  });
+}
+
+RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::device_view() const {
+  return of_row_type<LogitsTreeBatch>(target_logits.elem, [&](auto& b) {
+    const bool any = drafts() > 0;
+    b.batch_size = batch_size;
+    b.vocab_size = global_vocab;
+    b.node_offsets = offsets.offsets.as<const std::int32_t>();
+    b.parents = any ? parents.as<const std::int32_t>() : nullptr;
+    b.draft_tokens = any ? offsets.draft_tokens.as<const std::int32_t>() : nullptr;
+    point(b.target_logits, target_logits);
+    point(b.draft_logits, draft_logits);
+    b.target_stride = target_logits.row_stride();
+    b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
+    b.drafted = drafted;
+    fields.in_place(b);
     b.shard = shard;
   });
 }

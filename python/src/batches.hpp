@@ -98,10 +98,6 @@ inline Array with_target_dtype(Array a, const char* name, Elem target) {
   return a;
 }
 
-/// A C++ logits batch of each row type; view() picks the one of the rows' dtype.
-template <template <class> class CppBatch>
-using RowTypes = std::variant<CppBatch<float>, CppBatch<float16>, CppBatch<bfloat16>>;
-
 inline void expect_row_length(const Array& a, const char* name, std::int64_t length, const std::string& why) {
   if (a.present()) expect_extent(a, name, 1, length, why);
 }
@@ -206,6 +202,17 @@ struct PyTokenList {
     entries.fill(tokens_out, values_out);
   }
   void check_total(std::int32_t batch_size) const;
+  /// The bound check_total checks (on CUDA, the device checks it).
+  ListTotal bounds() const {
+    return {entries.names->offsets, entries.names->tokens, entries.size(), entries.tokens.present()};
+  }
+  /// The C++ fields pointing at the arrays in place (on a CUDA device).
+  template <class Value>
+  void in_place(const std::int32_t*& offsets_out, const std::int32_t*& tokens_out, const Value*& values_out) const {
+    offsets_out = offsets.as<const std::int32_t>();
+    tokens_out = entries.tokens.as<const std::int32_t>();
+    values_out = entries.values.as<const Value>();
+  }
   void add_inputs(std::vector<Extent>& inputs) const;
 };
 
@@ -235,6 +242,12 @@ struct PyLogitsFields {
   /// length), then the fields into the C++ batch (the parameters, draft map and first rows copied).
   template <class CppBatch>
   void fill(CppBatch& batch, const PyOffsets& offsets);
+  /// The fields into the C++ batch in place, for CUDA: the device arrays' pointers, and the
+  /// sampling parameters' host pointers (cuda_verify copies them).
+  template <class CppBatch>
+  void in_place(CppBatch& batch) const;
+  /// The bounds fill() checks on its copies, for the device to check (cuda_verify.hpp).
+  void add_bounds(DeviceBounds& bounds) const;
   void add_inputs(std::vector<Extent>& inputs) const;
 };
 
@@ -264,6 +277,8 @@ struct PyLogitsChainBatch {
   PyLogitsChainBatch fresh() const;
   std::vector<Extent> inputs() const;
   RowTypes<LogitsChainBatch> view();
+  /// The C++ batch over the arrays in place (on a CUDA device).
+  RowTypes<LogitsChainBatch> device_view() const;
 };
 
 /// LogitsTreeBatch: TreeBatch's layout with rows of logits (as LogitsChainBatch's; draft_logits
@@ -293,6 +308,8 @@ struct PyLogitsTreeBatch {
   PyLogitsTreeBatch fresh() const;
   std::vector<Extent> inputs() const;
   RowTypes<LogitsTreeBatch> view();
+  /// The C++ batch over the arrays in place (on a CUDA device).
+  RowTypes<LogitsTreeBatch> device_view() const;
 };
 
 /// ChainOutput / TreeOutput: tokens int32 [B, row_width] with adjacent rows, num_accepted int32

@@ -17,11 +17,19 @@ namespace {
 
 bool cuda_built() { return false; }
 CudaResult cuda_verify(const CudaChainRule&, const ChainBatch<float>&, const Randomness&, const ChainOutput&,
-                       const OffsetsTotal&, const CudaCall&, const std::int32_t*) {
+                       const DeviceBounds&, const CudaCall&, const std::int32_t*) {
   unavailable();
 }
 CudaResult cuda_verify(const CudaTreeRule&, const TreeBatch<float>&, const Randomness&, const TreeOutput&,
-                       const OffsetsTotal&, const CudaCall&) {
+                       const DeviceBounds&, const CudaCall&) {
+  unavailable();
+}
+CudaResult cuda_verify(const CudaLogitsChainRule&, const RowTypes<LogitsChainBatch>&, const Randomness&,
+                       const ChainOutput&, const DeviceBounds&, const CudaCall&) {
+  unavailable();
+}
+CudaResult cuda_verify(const CudaLogitsTreeRule&, const RowTypes<LogitsTreeBatch>&, const Randomness&,
+                       const TreeOutput&, const DeviceBounds&, const CudaCall&) {
   unavailable();
 }
 void cuda_check(const CudaPending&) { unavailable(); }

@@ -39,10 +39,25 @@ decltype(auto) with_view(const std::variant<Views...>& view, Fn&& fn) {
   return std::visit(fn, view);
 }
 
-/// The batch kinds verified on a CUDA device from Python (the logits batches' sampling parameters
-/// are NumPy structured arrays, which have no CUDA form yet).
+/// The rules cuda_verify takes for each batch kind (cuda_verify.hpp).
 template <class PyBatch>
-inline constexpr bool kOnCuda = std::is_same_v<PyBatch, PyChainBatch> || std::is_same_v<PyBatch, PyTreeBatch>;
+struct CudaRules;
+template <>
+struct CudaRules<PyChainBatch> {
+  using type = CudaChainRule;
+};
+template <>
+struct CudaRules<PyTreeBatch> {
+  using type = CudaTreeRule;
+};
+template <>
+struct CudaRules<PyLogitsChainBatch> {
+  using type = CudaLogitsChainRule;
+};
+template <>
+struct CudaRules<PyLogitsTreeBatch> {
+  using type = CudaLogitsTreeRule;
+};
 
 /// A call's arguments viewed as they are now (a caller may have resized an array since its object
 /// was built), outputs refused where they share memory with an input or another output, and the
@@ -64,14 +79,6 @@ struct Fresh {
     for (const Extent& e : more) inputs.push_back(e);
     add_rule_inputs(rule, inputs);
     expect_apart(out.outputs(), inputs);
-    if constexpr (!kOnCuda<PyBatch>) {
-      for (const Extent& e : inputs) {
-        if (e.present && e.device.device_type == kDLCUDA) {
-          reject(e.name, " is on ", describe_device(e.device), ", but from Python ", PyBatch::kName,
-                 " takes CPU arrays for now (ChainBatch and TreeBatch take CUDA arrays)");
-        }
-      }
-    }
     device = call_device(inputs, out.outputs());
   }
 
@@ -142,37 +149,45 @@ struct is_alternative;
 template <class... Rules, class Rule>
 struct is_alternative<std::variant<Rules...>, Rule> : std::disjunction<std::is_same<Rules, Rule>...> {};
 
-/// The CUDA half of verify_batch, for ChainBatch and TreeBatch (cuda_verify.hpp): the C++ views
-/// point at the arrays on the device (nothing is copied to the host), the offsets' total is checked
-/// on the device, and `out` keeps the verify until sv.check where it does not synchronise.
-/// `num_draft_tokens` (device int32 [B], chains only): padded chains (core/padded_chain.hpp).
+/// The CUDA half of verify_batch (cuda_verify.hpp): the C++ views point at the arrays on the
+/// device (nothing is copied to the host; the sampling parameters are copied to the device), the
+/// bounds the CPU path checks on its copies are checked on the device, and `out` keeps the verify
+/// until sv.check where it does not synchronise. `num_draft_tokens` (device int32 [B], ChainBatch
+/// only): padded chains (core/padded_chain.hpp).
 template <class PyBatch, class PyOut>
 py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& out, const py::object& stream,
                           bool synchronize, const std::int32_t* num_draft_tokens = nullptr) {
-  static_assert(kOnCuda<PyBatch>, "Fresh refuses the CUDA arrays of the other batch kinds");
-  constexpr bool kChains = std::is_same_v<PyBatch, PyChainBatch>;
+  using Variant = typename CudaRules<PyBatch>::type;
+  constexpr bool kLogits = std::is_same_v<PyBatch, PyLogitsChainBatch> || std::is_same_v<PyBatch, PyLogitsTreeBatch>;
   if (!now.batch.shard.whole()) reject("a sharded batch takes verify(..., all_gather=fn) and CPU arrays");
-  using Variant = std::conditional_t<kChains, CudaChainRule, CudaTreeRule>;
-  const CudaCall call{now.device.id, stream_of(stream, now.batch.target_probs.source, now.device.id), synchronize};
+  const py::handle rows = [&]() -> py::handle {
+    if constexpr (kLogits) {
+      return now.batch.target_logits.source;
+    } else {
+      return now.batch.target_probs.source;
+    }
+  }();
+  const CudaCall call{now.device.id, stream_of(stream, rows, now.device.id), synchronize};
   const auto batch_view = now.batch.device_view();
   const auto out_view = now.out.view(now.batch.batch_size);
   const Randomness random_view = now.randomness.view(now.batch.batch_size, now.batch.drafts());
-  const OffsetsTotal total{now.batch.offsets.offsets_name, now.batch.drafts()};
+  DeviceBounds bounds{OffsetsTotal{now.batch.offsets.offsets_name, now.batch.drafts()}};
+  if constexpr (kLogits) now.batch.fields.add_bounds(bounds);
   out.pending.reset();  // an earlier, unchecked verify into `out` is reported no more
   const CudaResult result = with_rule<PyBatch::kShape>(rule, now.batch.drafts(), [&](const auto& cpp_rule) -> CudaResult {
     using Rule = std::decay_t<decltype(cpp_rule)>;
     if constexpr (is_alternative<Variant, Rule>::value) {
       py::gil_scoped_release release;
-      if constexpr (kChains) {
-        return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, total, call, num_draft_tokens);
+      if constexpr (std::is_same_v<PyBatch, PyChainBatch>) {
+        return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, bounds, call, num_draft_tokens);
       } else {
-        return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, total, call);
+        return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, bounds, call);
       }
     } else {
-      static_assert(std::is_same_v<Rule, Coupled> || std::is_same_v<Rule, SpecDecPP<Coupled>>,
+      static_assert(!kLogits && (std::is_same_v<Rule, Coupled> || std::is_same_v<Rule, SpecDecPP<Coupled>>),
                     "every other rule of this shape is one of CUDA's");
       reject("Coupled on CUDA draws by a Gumbel race over logits: verify it with a LogitsChainBatch or "
-             "LogitsTreeBatch (on the CPU from Python for now)");
+             "LogitsTreeBatch");
     }
   });
   out.pending = result.pending;
@@ -187,9 +202,7 @@ py::object verify_batch(py::handle rule, const PyBatch& batch, const PyRandomnes
                         const py::int_& max_threads, const py::object& stream, bool synchronize) {
   const std::int32_t threads = thread_cap(max_threads);
   Fresh<PyBatch, PyOut> now(rule, batch, randomness, out);
-  if constexpr (kOnCuda<PyBatch>) {
-    if (now.device.cuda) return verify_on_cuda(rule, now, out, stream, synchronize);
-  }
+  if (now.device.cuda) return verify_on_cuda(rule, now, out, stream, synchronize);
   if (!stream.is_none()) reject("stream is for arrays on a CUDA device; these are on the CPU");
   out.pending.reset();
   return py::cast(verify_on_cpu(rule, now, threads, [](const auto&... args) { return specverify::verify(args...); }));

@@ -38,11 +38,13 @@ VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_
   Fresh<PyBatch, PyChainOutput> now(rule, batch, randomness, out, {extent_of(counts, "num_draft_tokens", Elem::int32)});
   PyBatch& batch_now = now.batch;
   expect_extent(counts, "num_draft_tokens", 0, batch_now.batch_size, "it needs one count per sequence");
-  if constexpr (kOnCuda<PyBatch>) {
+  if constexpr (std::is_same_v<PyBatch, PyChainBatch>) {
     if (now.device.cuda) {
       const py::object stats = verify_on_cuda(rule, now, out, py::none(), true, static_cast<const std::int32_t*>(counts.data));
       return stats.cast<VerifyStats>();
     }
+  } else {
+    now.expect_host("specverify.padded with params=");
   }
   out.pending.reset();
   const PyChainOutput& out_now = now.out;

@@ -142,6 +142,32 @@ def rule_of(sv, name):
             "greedy": sv.Greedy(), "block": sv.Block(), "traversal": sv.Traversal()}[name]
 
 
+def batch_of(sv, case, cols=lambda rows: rows, place=lambda a: a, **kwargs):
+    """`case`'s batch over the columns `cols` keeps of its rows, every array put where `place`
+    puts it (the sampling parameters stay NumPy arrays)."""
+    def put(a):
+        return None if a is None else place(a)
+
+    B, tree = case["B"], case.get("tree", False)
+    if tree:
+        layout = {"node_offsets": put(case["offsets"]), "parents": put(case["parents"]),
+                  "draft_tokens": put(case["tokens"]), "drafted": getattr(sv.Drafted, case["drafted"])}
+    else:
+        layout = {"draft_offsets": put(case["offsets"]), "draft_tokens": put(case["tokens"])}
+    if case.get("logits"):
+        make = sv.LogitsTreeBatch if tree else sv.LogitsChainBatch
+        return make(
+            target_logits=put(cols(case["target"])), draft_logits=put(cols(case["draft"])),
+            target_params=sv.sampling_params(B, **case["params"]),
+            allowed_tokens=put(case["allowed"]), unconditional_logits=put(cols(case["unconditional"])),
+            unconditional_first_row=put(case["first_row"]), guidance_scale=put(case["guidance"]),
+            history_offsets=put(case["history_offsets"]), history_tokens=put(case["history_tokens"]),
+            history_counts=put(case["history_counts"]), bias_offsets=put(case["bias_offsets"]),
+            bias_tokens=put(case["bias_tokens"]), bias_values=put(case["bias_values"]), **layout, **kwargs)
+    make = sv.TreeBatch if tree else sv.ChainBatch
+    return make(target_probs=put(cols(case["p"])), draft_probs=put(cols(case["q"])), **layout, **kwargs)
+
+
 def run(sv, case, lo, hi, rank, ranks, all_gather):
     """Verifies columns [lo, hi) of `case`'s rows (all of them with all_gather None, unsharded)."""
     B, K, tree = case["B"], case["K"], case.get("tree", False)
@@ -158,27 +184,11 @@ def run(sv, case, lo, hi, rank, ranks, all_gather):
     if all_gather is not None:
         kwargs = {"shard": sv.VocabShard(rank=rank, ranks=ranks, vocab_start=lo, local_vocab_size=hi - lo),
                   "vocab_size": case["V"]}
+
     def cols(rows):
         return None if rows is None else np.ascontiguousarray(rows[:, lo:hi])
 
-    if tree:
-        layout = {"node_offsets": case["offsets"], "parents": case["parents"], "draft_tokens": case["tokens"],
-                  "drafted": getattr(sv.Drafted, case["drafted"])}
-    else:
-        layout = {"draft_offsets": case["offsets"], "draft_tokens": case["tokens"]}
-    if case.get("logits"):
-        make = sv.LogitsTreeBatch if tree else sv.LogitsChainBatch
-        batch = make(
-            target_logits=cols(case["target"]), draft_logits=cols(case["draft"]),
-            target_params=sv.sampling_params(B, **case["params"]),
-            allowed_tokens=case["allowed"], unconditional_logits=cols(case["unconditional"]),
-            unconditional_first_row=case["first_row"], guidance_scale=case["guidance"],
-            history_offsets=case["history_offsets"], history_tokens=case["history_tokens"],
-            history_counts=case["history_counts"], bias_offsets=case["bias_offsets"],
-            bias_tokens=case["bias_tokens"], bias_values=case["bias_values"], **layout, **kwargs)
-    else:
-        make = sv.TreeBatch if tree else sv.ChainBatch
-        batch = make(target_probs=cols(case["p"]), draft_probs=cols(case["q"]), **layout, **kwargs)
+    batch = batch_of(sv, case, cols, **kwargs)
     rule = rule_of(sv, case["rule"])
     if all_gather is None:
         stats = sv.verify(rule, batch, randomness, out)

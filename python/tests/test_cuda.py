@@ -13,6 +13,7 @@ import pytest
 
 import specverify as sv
 from conftest import Chains, gpu_available, needs_gpu
+from sharded_cases import CASES, batch_of
 
 kDLCPU, kDLCUDA = 1, 2
 
@@ -106,17 +107,22 @@ def test_two_cuda_devices_are_refused():
 
 
 @pytest.mark.skipif(gpu_available(), reason="a GPU would read the capsules' host memory")
-def test_cuda_arrays_without_a_gpu_or_backend_say_so():
-    c = small_chains()
-    batch = sv.ChainBatch(draft_offsets=ClaimsCuda(c.offsets), draft_tokens=ClaimsCuda(c.tokens),
-                          target_probs=ClaimsCuda(c.p))
-    out = sv.ChainOutput(tokens=ClaimsCuda(np.zeros((c.B, c.K + 1), np.int32)), num_accepted=ClaimsCuda(np.zeros(c.B, np.int32)))
+def expect_no_device_or_backend(batch, out):
+    """`batch` reached the CUDA path, which says what it lacks (a GPU, or the backend)."""
     if sv.cuda_built:
         with pytest.raises(RuntimeError, match="no CUDA device is usable"):
             sv.verify(sv.Standard(), batch, sv.Randomness(1), out)
     else:
         with pytest.raises(sv.InvalidInput, match="built without CUDA"):
             sv.verify(sv.Standard(), batch, sv.Randomness(1), out)
+
+
+def test_cuda_arrays_without_a_gpu_or_backend_say_so():
+    c = small_chains()
+    batch = sv.ChainBatch(draft_offsets=ClaimsCuda(c.offsets), draft_tokens=ClaimsCuda(c.tokens),
+                          target_probs=ClaimsCuda(c.p))
+    out = sv.ChainOutput(tokens=ClaimsCuda(np.zeros((c.B, c.K + 1), np.int32)), num_accepted=ClaimsCuda(np.zeros(c.B, np.int32)))
+    expect_no_device_or_backend(batch, out)
 
 
 def test_host_only_calls_refuse_cuda_arrays():
@@ -134,15 +140,16 @@ def test_host_only_calls_refuse_cuda_arrays():
         sv.verify(sv.Standard(), batch, sv.Randomness(1), out, all_gather=lambda send: send)
 
 
-def test_logits_batches_on_cuda_are_refused_clearly():
-    batch = sv.LogitsChainBatch(draft_offsets=ClaimsCuda(np.array([0, 1], np.int32)),
-                                draft_tokens=ClaimsCuda(np.array([3], np.int32)),
-                                target_logits=ClaimsCuda(np.zeros((2, 8), np.float32)),
-                                target_params=sv.sampling_params(1))
+def test_logits_batches_of_cuda_arrays_reach_the_cuda_backend():
+    # Every array on the device but the sampling parameters, which the call copies there.
+    layout = dict(draft_offsets=ClaimsCuda(np.array([0, 1], np.int32)), draft_tokens=ClaimsCuda(np.array([3], np.int32)),
+                  target_logits=ClaimsCuda(np.zeros((2, 8), np.float32)), target_params=sv.sampling_params(1))
     out = sv.ChainOutput(tokens=ClaimsCuda(np.zeros((1, 2), np.int32)), num_accepted=ClaimsCuda(np.zeros(1, np.int32)))
-    with pytest.raises(sv.InvalidInput, match="draft_offsets is on CUDA device 0, but from Python LogitsChainBatch takes "
-                                              "CPU arrays for now"):
-        sv.verify(sv.Standard(), batch, sv.Randomness(1), out)
+    expect_no_device_or_backend(sv.LogitsChainBatch(**layout), out)
+    mixed = sv.LogitsChainBatch(**layout, history_offsets=ClaimsCuda(np.array([0, 1], np.int32)),
+                                history_tokens=np.array([2], np.int32), history_counts=ClaimsCuda(np.array([1], np.int32)))
+    with pytest.raises(sv.InvalidInput, match="history_tokens is on the CPU, but draft_offsets is on CUDA device 0"):
+        sv.verify(sv.Standard(), mixed, sv.Randomness(1), out)
 
 
 def test_stream_is_for_cuda_arrays():
@@ -343,3 +350,108 @@ def test_coupled_over_probability_rows_on_cuda_names_the_rows_it_needs():
     positions = torch.zeros(1, dtype=torch.int64, device="cuda")
     with pytest.raises(sv.InvalidInput, match="Coupled on CUDA draws by a Gumbel race over logits"):
         sv.verify(sv.Coupled(), batch, sv.Randomness(1, positions=positions), out)
+
+
+# --- On a GPU: batches of logits, every field, the CPU's outputs ---
+
+LOGITS_CASES = [name for name, case in CASES.items() if case.get("logits")]
+
+
+def case_outputs(case, place):
+    B, K = case["B"], case["K"]
+    out = dict(tokens=place(np.full((B, K + 1), 777, np.int32)), num_accepted=place(np.full(B, 777, np.int32)),
+               logprobs=place(np.full((B, K + 1), 777.0, np.float32)))
+    if case.get("tree"):
+        out["accepted_nodes"] = place(np.full((B, K + 1), 777, np.int32))
+    return out
+
+
+def verify_case(case, rule, place):
+    """`case` (sharded_cases.py) verified unsharded with its arrays put by `place`; its outputs
+    (where `place` put them) and the statistics."""
+    out = case_outputs(case, place)
+    randomness = sv.Randomness(seed=99, offset=3, positions=place(np.arange(case["B"], dtype=np.int64) * 7))
+    make = sv.TreeOutput if case.get("tree") else sv.ChainOutput
+    stats = sv.verify(rule, batch_of(sv, case, place=place), randomness, make(**out))
+    return out, stats
+
+
+def to_gpu(a):
+    import torch
+    a = np.ascontiguousarray(a)
+    if a.dtype == np.uint32:
+        a = a.view(np.int32)  # torch has no uint32; a bitmask may be int32, the same bits
+    return torch.from_numpy(a).cuda()
+
+
+def rules_for(case, torch):
+    """Every rule a case's shape takes over logits on CUDA (the per-draft arrays on `place`)."""
+    N = len(case["tokens"])
+    rng = np.random.default_rng(20)
+    scores = rng.random(N, dtype=np.float32)
+    inner = [sv.Standard(), sv.Greedy(), sv.Ears(0.3), sv.Fsd(sv.Divergence.js, 0.3),
+             sv.ReducibleFsd(sv.Divergence.tv, 0.1), sv.Coupled()]
+    rules = inner + [sv.Sprinter(0.5, scores)]
+    if case.get("drafted", "sampled") == "sampled" and case.get("draft") is not None:
+        rules.append(sv.Traversal())
+    if not case.get("tree"):
+        rules.append(sv.Block())
+        rules += [sv.SpecDecPP(0.5, rng.random(N, dtype=np.float32), r) for r in inner + [sv.Sprinter(0.5, scores)]]
+    return rules
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", LOGITS_CASES)
+def test_logits_batches_give_the_cpus_outputs_for_every_rule(name):
+    import torch
+    case = CASES[name]
+    for rule in rules_for(case, torch):
+        cpu_out, cpu_stats = verify_case(case, rule, lambda a: a)
+        gpu_out, gpu_stats = verify_case(case, on_cuda(rule, torch), to_gpu)
+        same(cpu_out, gpu_out)
+        assert gpu_stats == cpu_stats, (name, rule)
+
+
+@needs_gpu
+def test_bfloat16_logits_give_the_cpus_outputs():
+    import torch
+    case = dict(CASES["logits_standard"])
+    for key in ("target", "draft", "unconditional"):
+        case[key] = torch.from_numpy(case[key]).to(torch.bfloat16)
+    cpu_out, cpu_stats = verify_case(case, sv.Standard(), lambda a: a if isinstance(a, torch.Tensor) else a)
+    gpu_out, gpu_stats = verify_case(case, sv.Standard(), lambda a: a.cuda() if isinstance(a, torch.Tensor) else to_gpu(a))
+    same(cpu_out, gpu_out)
+    assert gpu_stats == cpu_stats
+
+
+def broken(case, fault):
+    """`case` with one bound the CPU checks on its copies broken."""
+    case = dict(case)
+    if fault == "history_total":
+        case["history_offsets"] = case["history_offsets"].copy()
+        case["history_offsets"][-1] -= 1
+    elif fault == "bias_total":
+        case["bias_offsets"] = case["bias_offsets"].copy()
+        case["bias_offsets"][-1] += 2
+    elif fault == "guided_rows":
+        case["first_row"] = case["first_row"].copy()
+        case["first_row"][2] = len(case["unconditional"]) - 1
+    else:
+        case["offsets"] = case["offsets"].copy()
+        case["offsets"][-1] += 1
+    return case
+
+
+@needs_gpu
+@pytest.mark.parametrize("fault", ["offsets_total", "guided_rows", "history_total", "bias_total"])
+def test_logits_bounds_are_checked_on_the_device_in_the_cpus_words(fault):
+    import torch
+    case = broken(CASES["logits_standard"], fault)
+    with pytest.raises(sv.InvalidInput) as cpu_error:
+        verify_case(case, sv.Standard(), lambda a: a)
+    out = case_outputs(case, to_gpu)
+    batch = batch_of(sv, case, place=to_gpu)
+    with pytest.raises(sv.InvalidInput) as gpu_error:
+        sv.verify(sv.Standard(), batch, sv.Randomness(99, 3), sv.ChainOutput(**out))
+    assert str(gpu_error.value) == str(cpu_error.value)
+    assert all((v.cpu().numpy() == 777).all() for v in out.values())
