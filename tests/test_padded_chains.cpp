@@ -1,7 +1,8 @@
-// Padded chains (core/padded_chain.hpp, Python's specverify.padded) on the CPU: sequence b walks
-// its first num_draft_tokens[b] slots in place and gets the tokens, counts, logprobs and
-// statistics of the ragged batch that packs those rows; the slots past a count (tokens outside
-// the vocabulary, NaN rows) are never read; a count outside its slots is named before any write.
+// Padded chains (core/padded_chain.hpp, Python's specverify.padded) on the CPU, of probabilities
+// and of logits: sequence b walks its first num_draft_tokens[b] slots in place and gets the
+// tokens, counts, logprobs and statistics of the ragged batch that packs those rows; the slots
+// past a count (tokens outside the vocabulary, NaN rows) are never read; a count outside its
+// slots is named before any write.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@ namespace specverify {
 namespace {
 
 using testing::kNaN;
+using testing::mixed_params;
 using testing::Padded;
 
 template <class Rule>
@@ -27,19 +29,35 @@ VerifyStats verify_padded(const Rule& rule, const core::PaddedChainBatch<float>&
                                                       CpuOptions{threads});
 }
 
+/// The padded step (probabilities, or with `logits` their logs under mixed_params) gives the
+/// outputs and statistics of the ragged batch that packs its rows.
 template <class Rule>
-void expect_ragged_outputs(const Rule& rule, std::uint64_t seed) {
+void expect_ragged_outputs(const Rule& rule, std::uint64_t seed, bool logits = false) {
   std::mt19937_64 rng(seed);
   Padded padded(23, 5, 300, rng);
-  const Randomness r{seed, 9};
-  const VerifyStats stats = verify_padded(rule, padded.batch(), r, padded.output());
-
-  testing::Chains ragged = padded.ragged();
-  std::vector<std::int32_t> tokens(padded.out_tokens.size(), 12345), accepted(std::size_t(padded.B), 12345);
-  std::vector<float> logprobs(padded.logprobs.size(), kNaN);
+  const std::vector<std::int64_t> positions(std::size_t(padded.B), 40);  // Coupled keys its samples by them
+  Randomness r{seed, 9};
+  r.positions = positions.data();
+  const std::vector<SamplingParams> params = mixed_params(padded.B);
+  const testing::Chains ragged = padded.ragged(logits);
+  std::vector<std::int32_t> tokens(std::size_t(padded.B) * (padded.K + 1), 12345), accepted(std::size_t(padded.B), 12345);
+  std::vector<float> logprobs(tokens.size(), kNaN);
   ChainOutput out{tokens.data(), padded.K + 1, accepted.data()};
   out.logprobs = logprobs.data();
-  const VerifyStats expected = verify(rule, ragged.batch(), r, out);
+  VerifyStats stats, expected;
+  if (logits) {
+    const core::PaddedLogitsChainBatch<float> batch = padded.logits_batch(params.data());
+    stats = cpu::detail::verify_logits<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), r,
+                                                          padded.output(), CpuOptions{});
+    const ChainBatch<float> shape = ragged.batch();
+    LogitsChainBatch<float> whole{shape.batch_size, shape.vocab_size, shape.draft_offsets, shape.draft_tokens,
+                                  shape.target_probs, shape.draft_probs};
+    whole.target_params = params.data();
+    expected = verify(rule, whole, r, out);
+  } else {
+    stats = verify_padded(rule, padded.batch(), r, padded.output());
+    expected = verify(rule, ragged.batch(), r, out);
+  }
 
   EXPECT_EQ(padded.out_tokens, tokens);
   EXPECT_EQ(padded.accepted, accepted);
@@ -63,6 +81,15 @@ TEST(PaddedChains, GreedyGivesTheRaggedBatchsOutputs) { expect_ragged_outputs(Gr
 TEST(PaddedChains, EarsGivesTheRaggedBatchsOutputs) { expect_ragged_outputs(Ears{0.3f}, 3); }
 TEST(PaddedChains, BlockGivesTheRaggedBatchsOutputs) { expect_ragged_outputs(Block{}, 4); }
 TEST(PaddedChains, TraversalGivesTheRaggedBatchsOutputs) { expect_ragged_outputs(Traversal{}, 5); }
+
+TEST(PaddedLogitsChains, EveryKindOfRuleGivesTheRaggedBatchsOutputs) {
+  expect_ragged_outputs(Standard{}, 21, true);
+  expect_ragged_outputs(Greedy{}, 22, true);
+  expect_ragged_outputs(Ears{0.3f}, 23, true);
+  expect_ragged_outputs(Block{}, 24, true);
+  expect_ragged_outputs(Traversal{}, 25, true);
+  expect_ragged_outputs(Coupled{}, 26, true);
+}
 
 TEST(PaddedChains, ThreadsGiveOneThreadsTokens) {
   std::mt19937_64 rng(6);
@@ -94,6 +121,24 @@ TEST(PaddedChains, ACountOutsideItsSlotsIsNamedBeforeAnyWrite) {
   padded.counts[2] = -1;
   expect_refused(padded, padded.batch(),
                  "specverify::verify: sequence 2: num_draft_tokens = -1 must be in [0, 3] (its draft slots)");
+}
+
+TEST(PaddedLogitsChains, ACountOutsideItsSlotsIsNamedBeforeAnyWrite) {
+  std::mt19937_64 rng(27);
+  Padded padded(4, 3, 50, rng);
+  padded.counts[1] = 5;
+  const std::vector<SamplingParams> params = mixed_params(padded.B);
+  const core::PaddedLogitsChainBatch<float> batch = padded.logits_batch(params.data());
+  try {
+    cpu::detail::verify_logits<core::ChainLayout>(Standard{}, batch, core::PaddedChainLayout::of(batch), {1, 0},
+                                                  padded.output(), CpuOptions{});
+    ADD_FAILURE() << "no invalid_input";
+  } catch (const invalid_input& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "specverify::verify: sequence 1: num_draft_tokens = 5 must be in [0, 3] (its draft slots)");
+  }
+  EXPECT_THAT(padded.out_tokens, ::testing::Each(12345));
+  EXPECT_THAT(padded.accepted, ::testing::Each(12345));
 }
 
 TEST(PaddedChains, NullCountsAreNamed) {

@@ -4,8 +4,8 @@
 The rows are read in place, never copied: a sequence that drafted fewer than K tokens keeps its
 rows where the padded tensor has them. The tokens are those the ragged API (sv.verify on a
 ChainBatch or LogitsChainBatch holding the same rows) gives for the same seed and offset.
-Probabilities run where the tensors are, the CPU or a CUDA device (on PyTorch's current stream,
-synchronised); logits (params=) run on the CPU.
+Probabilities and logits (params=) run where the tensors are, the CPU or a CUDA device (on
+PyTorch's current stream, synchronised).
 
     tokens, num_accepted = sv.padded.verify(sv.Standard(), draft_token_ids, target_probs, draft_probs)
 """
@@ -65,10 +65,6 @@ def _rows(name, a, torch, rows, vocab):
                              f"shape[1] * stride(1)) to be read in place")
 
 
-def _as_numpy(a):
-    return a.numpy() if hasattr(a, "numpy") and not isinstance(a, np.ndarray) else np.asarray(a)
-
-
 def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, params=None, seed=0, offset=0,
            sequence_seeds=None, max_threads=0):
     """Verifies B padded draft chains with `rule`; returns new int32 arrays (tensors for tensor
@@ -96,8 +92,6 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
             raise _core.InvalidInput(f"specverify: draft has shape {shape}, but draft_token_ids {(B, K)} and target "
                                      f"need [{B}, {K}, {V}]")
         _expect_dtype("draft", draft, torch, "float32")
-    arguments = (("draft_token_ids", draft_token_ids), ("target", target), ("draft", draft),
-                 ("num_draft_tokens", num_draft_tokens))
     if num_draft_tokens is not None:
         if _shape("num_draft_tokens", num_draft_tokens, 1) != (B,):
             raise _core.InvalidInput(f"specverify: num_draft_tokens has shape {tuple(num_draft_tokens.shape)}, "
@@ -105,20 +99,9 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
         _expect_dtype("num_draft_tokens", num_draft_tokens, torch, "int32")
 
     # Everything below is where target is; the library checks that every array is there too, and
-    # checks each count against its sequence's K slots.
+    # checks each count against its sequence's K slots. The drafts past each count are not read.
     device = target.device if _on_cuda(target) else None
-    if params is None:
-        # The drafts past each count are not read, nor checked.
-        tokens_in = draft_token_ids.reshape(-1)
-    else:
-        for name, a in arguments:
-            if _on_cuda(a):
-                raise _core.InvalidInput(f"specverify: {name} is on {a.device}, but padded logits (params=) take "
-                                         f"CPU arrays for now (probabilities take CUDA tensors)")
-        # The drafts past each count are not verified; zeros keep the batch's token check off them.
-        counts = np.full(B, K, np.int32) if num_draft_tokens is None else _as_numpy(num_draft_tokens)
-        ids = _as_numpy(draft_token_ids)
-        tokens_in = np.where(np.arange(K) < counts[:, None], ids, 0).astype(np.int32).reshape(-1)
+    tokens_in = draft_token_ids.reshape(-1)
     if device is not None:
         offsets = torch.arange(B + 1, dtype=torch.int32, device=device) * K
         counts = (torch.full((B,), K, dtype=torch.int32, device=device) if num_draft_tokens is None

@@ -25,7 +25,7 @@ CudaResult cuda_verify(const CudaTreeRule&, const TreeBatch<float>&, const Rando
   unavailable();
 }
 CudaResult cuda_verify(const CudaLogitsChainRule&, const RowTypes<LogitsChainBatch>&, const Randomness&,
-                       const ChainOutput&, const DeviceBounds&, const CudaCall&) {
+                       const ChainOutput&, const DeviceBounds&, const CudaCall&, const std::int32_t*) {
   unavailable();
 }
 CudaResult cuda_verify(const CudaLogitsTreeRule&, const RowTypes<LogitsTreeBatch>&, const Randomness&,

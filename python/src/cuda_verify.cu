@@ -5,11 +5,11 @@
 
 #include <climits>
 #include <cstddef>
-#include <type_traits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "cuda_verify.hpp"
@@ -182,12 +182,11 @@ CppBatch<typename DeviceType<Logit>::type> device_rows(const CppBatch<Logit>& ba
   return d;
 }
 
-template <class Batch>
+/// Whether a batch holds rows of logits (padded chains' too).
+template <class Batch, class = void>
 struct IsLogits : std::false_type {};
-template <class Logit>
-struct IsLogits<LogitsChainBatch<Logit>> : std::true_type {};
-template <class Logit>
-struct IsLogits<LogitsTreeBatch<Logit>> : std::true_type {};
+template <class Batch>
+struct IsLogits<Batch, std::void_t<decltype(std::declval<Batch>().target_logits)>> : std::true_type {};
 
 /// The module's bytes at the start of a slot: the finding, the offsets' copy and, for logits, the
 /// sampling parameters' copies; the verify's workspace follows.
@@ -324,9 +323,16 @@ CudaResult cuda_verify(const CudaTreeRule& rule, const TreeBatch<float>& batch, 
 }
 CudaResult cuda_verify(const CudaLogitsChainRule& rule, const RowTypes<LogitsChainBatch>& batch,
                        const Randomness& randomness, const ChainOutput& out, const DeviceBounds& bounds,
-                       const CudaCall& call) {
+                       const CudaCall& call, const std::int32_t* num_draft_tokens) {
   return std::visit(
-      [&](const auto& b) { return cuda_detail::run(rule, cuda_detail::device_rows(b), randomness, out, bounds, call); },
+      [&](const auto& b) {
+        const auto rows = cuda_detail::device_rows(b);
+        if (num_draft_tokens) {
+          using Padded = core::PaddedLogitsChainBatch<std::remove_cv_t<std::remove_pointer_t<decltype(rows.target_logits)>>>;
+          return cuda_detail::run(rule, Padded{rows, num_draft_tokens}, randomness, out, bounds, call);
+        }
+        return cuda_detail::run(rule, rows, randomness, out, bounds, call);
+      },
       batch);
 }
 CudaResult cuda_verify(const CudaLogitsTreeRule& rule, const RowTypes<LogitsTreeBatch>& batch,

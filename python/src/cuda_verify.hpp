@@ -120,9 +120,10 @@ CudaResult cuda_verify(const CudaTreeRule& rule, const TreeBatch<float>& batch, 
                        const TreeOutput& out, const DeviceBounds& bounds, const CudaCall& call);
 /// Logits batches: every pointer on the device but target_params and draft_params, host arrays
 /// [B] that the call copies to the device on the stream (NumPy's SamplingParams have no CUDA form).
+/// With `num_draft_tokens`, padded chains as above.
 CudaResult cuda_verify(const CudaLogitsChainRule& rule, const RowTypes<LogitsChainBatch>& batch,
                        const Randomness& randomness, const ChainOutput& out, const DeviceBounds& bounds,
-                       const CudaCall& call);
+                       const CudaCall& call, const std::int32_t* num_draft_tokens = nullptr);
 CudaResult cuda_verify(const CudaLogitsTreeRule& rule, const RowTypes<LogitsTreeBatch>& batch,
                        const Randomness& randomness, const TreeOutput& out, const DeviceBounds& bounds,
                        const CudaCall& call);

@@ -152,7 +152,7 @@ struct is_alternative<std::variant<Rules...>, Rule> : std::disjunction<std::is_s
 /// The CUDA half of verify_batch (cuda_verify.hpp): the C++ views point at the arrays on the
 /// device (nothing is copied to the host; the sampling parameters are copied to the device), the
 /// bounds the CPU path checks on its copies are checked on the device, and `out` keeps the verify
-/// until sv.check where it does not synchronise. `num_draft_tokens` (device int32 [B], ChainBatch
+/// until sv.check where it does not synchronise. `num_draft_tokens` (device int32 [B], chains
 /// only): padded chains (core/padded_chain.hpp).
 template <class PyBatch, class PyOut>
 py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& out, const py::object& stream,
@@ -178,7 +178,7 @@ py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& ou
     using Rule = std::decay_t<decltype(cpp_rule)>;
     if constexpr (is_alternative<Variant, Rule>::value) {
       py::gil_scoped_release release;
-      if constexpr (std::is_same_v<PyBatch, PyChainBatch>) {
+      if constexpr (PyBatch::kShape == Shape::chain) {
         return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, bounds, call, num_draft_tokens);
       } else {
         return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, bounds, call);

@@ -1,12 +1,11 @@
 // verify() over padded chains (specverify.padded): a ChainBatch or LogitsChainBatch in which every
 // sequence owns K draft slots and K + 1 target rows, of which sequence b uses its first counts[b]
 // (core/padded_chain.hpp), read in place with the ragged API's uniforms (keyed by sequence and
-// position, never by row). Chains of probabilities run on the CPU or CUDA, logits on the CPU.
+// position, never by row), on the CPU or CUDA.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -22,14 +21,10 @@ namespace specverify::python {
 
 namespace {
 
-/// Sequence b's count, checked on the host (the CPU's logits path) in the shared words.
-void check_count(std::int32_t b, std::int32_t count, std::int32_t slots) {
-  if (count < 0 || count > slots) core::raise(core::draft_count_finding(b, count, slots));
-}
-
 /// As verify_batch, with num_draft_tokens int32 [B] (each within its sequence's slots), on the
 /// arrays' device: on the CPU copied for the call like the offsets; on CUDA read and checked on
-/// the device (padded chains of probabilities; the call synchronises and raises like the CPU).
+/// the device (the call synchronises and raises like the CPU). Either way the counts are checked
+/// with the batch by the shared checks (core/padded_chain.hpp).
 template <class PyBatch>
 VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_draft_tokens,
                           const PyRandomness& randomness, PyChainOutput& out, const py::int_& max_threads) {
@@ -38,13 +33,9 @@ VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_
   Fresh<PyBatch, PyChainOutput> now(rule, batch, randomness, out, {extent_of(counts, "num_draft_tokens", Elem::int32)});
   PyBatch& batch_now = now.batch;
   expect_extent(counts, "num_draft_tokens", 0, batch_now.batch_size, "it needs one count per sequence");
-  if constexpr (std::is_same_v<PyBatch, PyChainBatch>) {
-    if (now.device.cuda) {
-      const py::object stats = verify_on_cuda(rule, now, out, py::none(), true, static_cast<const std::int32_t*>(counts.data));
-      return stats.cast<VerifyStats>();
-    }
-  } else {
-    now.expect_host("specverify.padded with params=");
+  if (now.device.cuda) {
+    const py::object stats = verify_on_cuda(rule, now, out, py::none(), true, static_cast<const std::int32_t*>(counts.data));
+    return stats.cast<VerifyStats>();
   }
   out.pending.reset();
   const PyChainOutput& out_now = now.out;
@@ -59,16 +50,14 @@ VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_
     return with_view(batch_view, [&](const auto& rows) {
       const CpuOptions options{threads};
       if constexpr (std::is_same<PyBatch, PyChainBatch>::value) {
-        // The counts are checked with the batch by the shared checks, as on CUDA.
         const core::PaddedChainBatch<float> padded{rows, counts_copy.data()};
         return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, padded, core::PaddedChainLayout::of(padded),
                                                             random_view, out_view, options);
       } else {
-        for (std::int32_t b = 0; b < rows.batch_size; ++b) check_count(b, counts_copy[b], rows.draft_offsets[b + 1] - rows.draft_offsets[b]);
-        core::PaddedChainLayout layout;
-        static_cast<core::ChainLayout&>(layout) = core::ChainLayout::of(rows);
-        layout.counts = counts_copy.data();
-        return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, rows, layout, random_view, out_view, options);
+        using Logit = std::remove_cv_t<std::remove_pointer_t<decltype(rows.target_logits)>>;
+        const core::PaddedLogitsChainBatch<Logit> padded{rows, counts_copy.data()};
+        return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, padded, core::PaddedChainLayout::of(padded),
+                                                             random_view, out_view, options);
       }
     });
   });

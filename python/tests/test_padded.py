@@ -188,7 +188,7 @@ def test_errors_name_the_argument(rng, module):
         sv.padded.verify(std, to(module, bad), p, q, counts)
     with pytest.raises(sv.InvalidInput, match="target_params"):
         sv.padded.verify(std, ids, p, q, counts, params=sv.sampling_params(2))
-    # Logits are checked on the host before their rows, in the same words.
+    # Logits' counts are checked with the batch too, in the same words.
     with pytest.raises(sv.InvalidInput, match=re.escape("sequence 1: num_draft_tokens = 3 must be in [0, 2] (its "
                                                         "draft slots)")):
         sv.padded.verify(std, ids, p, q, to(module, np.array([2, 3, 0], np.int32)), params=sv.sampling_params(3))
@@ -284,19 +284,20 @@ def cuda_rule(rule_of, a, torch):
 @needs_gpu
 @pytest.mark.parametrize("make_rule, name", RULES, ids=[n for _, n in RULES])
 @pytest.mark.parametrize("one_hot", [False, True], ids=["q", "one-hot"])
-def test_cuda_tensors_give_the_cpus_outputs(rng, make_rule, name, one_hot):
+@pytest.mark.parametrize("logits", [False, True], ids=["probs", "logits"])
+def test_cuda_tensors_give_the_cpus_outputs(rng, make_rule, name, one_hot, logits):
     import torch
     K, V = 5, 1000
     for B in (1, 23):
-        c = Padded(rng, counts_for(rng, B, K), K, V, one_hot=one_hot)
+        c = Padded(rng, counts_for(rng, B, K), K, V, one_hot=one_hot, logits=logits)
         seeds = rng.integers(0, 2**63, B, dtype=np.uint64)
-        expected = sv.padded.verify(make_rule(c.scores.reshape(-1)), c.ids, c.p, c.q, c.counts, seed=4, offset=1,
-                                    sequence_seeds=seeds)
+        expected = sv.padded.verify(make_rule(c.scores.reshape(-1)), c.ids, c.p, c.q, c.counts, params=c.params,
+                                    seed=4, offset=1, sequence_seeds=seeds)
 
         def gpu(a):
             return None if a is None else torch.from_numpy(a).cuda()
         got = sv.padded.verify(cuda_rule(make_rule, c.scores.reshape(-1), torch), gpu(c.ids), gpu(c.p), gpu(c.q),
-                               gpu(c.counts), seed=4, offset=1, sequence_seeds=gpu(seeds))
+                               gpu(c.counts), params=c.params, seed=4, offset=1, sequence_seeds=gpu(seeds))
         assert all(t.is_cuda for t in got)
         np.testing.assert_array_equal(got[0].cpu().numpy(), expected[0])
         np.testing.assert_array_equal(got[1].cpu().numpy(), expected[1])
@@ -312,8 +313,9 @@ def test_cuda_errors_are_the_cpus(rng):
         sv.padded.verify(sv.Standard(), ids, p, q, torch.tensor([2, 3, 0], dtype=torch.int32, device="cuda"))
     with pytest.raises(sv.InvalidInput, match="num_draft_tokens is on the CPU, but draft_offsets is on CUDA device 0"):
         sv.padded.verify(sv.Standard(), ids, p, q, torch.from_numpy(c.counts))
-    with pytest.raises(sv.InvalidInput, match=r"draft_token_ids is on cuda:0, but padded logits \(params=\) take CPU"):
-        sv.padded.verify(sv.Standard(), ids, p, q, params=sv.sampling_params(3))
+    with pytest.raises(sv.InvalidInput, match=message):  # logits: the same check on the device
+        sv.padded.verify(sv.Standard(), ids, p, q, torch.tensor([2, 3, 0], dtype=torch.int32, device="cuda"),
+                         params=sv.sampling_params(3))
 
 
 @needs_gpu

@@ -633,34 +633,47 @@ TEST(BadInput, EmptyBatchIsValidAndWritesNothing) {
 
 // ---- Padded chains (core/padded_chain.hpp): the counts read and checked on the device ----
 
-/// A Padded step on the device, with outputs filled with 12345 (logprobs NaN) and a workspace.
+/// A Padded step on the device, as probabilities (batch) and as logits sampled with `params`
+/// (logits), with outputs filled with 12345 (logprobs NaN) and a workspace for either.
 struct DevicePadded {
   DeviceArray<std::int32_t> offsets, tokens, counts, out_tokens, accepted;
-  DeviceArray<float> p, q, logprobs;
+  DeviceArray<float> p, q, log_p, log_q, logprobs;
+  DeviceArray<SamplingParams> params;
   DeviceArray<unsigned char> workspace_data;
   core::PaddedChainBatch<float> batch;
+  core::PaddedLogitsChainBatch<float> logits;
   ChainOutput out;
   cuda::Workspace workspace;
 
-  explicit DevicePadded(const testing::Padded& h) {
+  explicit DevicePadded(const testing::Padded& h, const std::vector<SamplingParams>& host_params = {}) {
     offsets.assign(h.offsets);
     tokens.assign(h.tokens);
     counts.assign(h.counts);
     p.assign(h.p);
     q.assign(h.q);
+    log_p.assign(h.log_p);
+    log_q.assign(h.log_q);
     batch = h.batch();
     batch.draft_offsets = offsets.get();
     batch.draft_tokens = tokens.get();
     batch.num_draft_tokens = counts.get();
     batch.target_probs = p.get();
     batch.draft_probs = q.get();
+    if (!host_params.empty()) params.assign(host_params);
+    logits = h.logits_batch(params.get());
+    logits.draft_offsets = offsets.get();
+    logits.draft_tokens = tokens.get();
+    logits.num_draft_tokens = counts.get();
+    logits.target_logits = log_p.get();
+    logits.draft_logits = log_q.get();
     const std::size_t slots = std::size_t(h.B) * (h.K + 1);
     out_tokens.assign(std::vector<std::int32_t>(slots, 12345));
     accepted.assign(std::vector<std::int32_t>(std::size_t(h.B), 12345));
     logprobs.assign(std::vector<float>(slots, testing::kNaN));
     out = ChainOutput{out_tokens.get(), h.K + 1, accepted.get()};
     out.logprobs = logprobs.get();
-    const std::size_t bytes = cuda::workspace_bytes(Standard{}, batch, out);
+    const std::size_t bytes =
+        std::max(cuda::workspace_bytes(Standard{}, batch, out), cuda::workspace_bytes(Standard{}, logits, out));
     workspace_data.assign(std::vector<unsigned char>(bytes));
     workspace = cuda::Workspace{workspace_data.get(), bytes};
   }
@@ -700,6 +713,41 @@ TEST(PaddedChains, EveryKindOfRuleGivesTheCpusOutputsInPlace) {
   }
 }
 
+template <class Rule>
+void expect_padded_logits_like_cpu(const Rule& rule, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  testing::Padded host(23, 5, 3000, rng);
+  const std::vector<SamplingParams> params = testing::mixed_params(host.B);
+  const std::vector<std::int64_t> positions(std::size_t(host.B), 40);  // Coupled keys its samples by them
+  DeviceArray<std::int64_t> device_positions(positions);
+  Randomness r{seed, 4};
+  r.positions = positions.data();
+  const core::PaddedLogitsChainBatch<float> batch = host.logits_batch(params.data());
+  const VerifyStats cpu_stats = cpu::detail::verify_logits<core::ChainLayout>(
+      rule, batch, core::PaddedChainLayout::of(batch), r, host.output(), {});
+  DevicePadded d(host, params);
+  r.positions = device_positions.get();
+  cuda_ok(cuda::verify(rule, d.logits, r, d.out, d.workspace, nullptr));
+  cuda::check(d.workspace, nullptr);
+  const VerifyStats gpu_stats = cuda::read_stats(d.workspace, nullptr);
+  EXPECT_EQ(d.out_tokens.read(), host.out_tokens);
+  EXPECT_EQ(d.accepted.read(), host.accepted);
+  testing::expect_same_logprobs(d.logprobs.read(), host.logprobs);
+  EXPECT_EQ(gpu_stats.drafted, cpu_stats.drafted);
+  EXPECT_EQ(gpu_stats.accepted, cpu_stats.accepted);
+  EXPECT_EQ(gpu_stats.target_checked, cpu_stats.target_checked);
+  EXPECT_GT(cpu_stats.accepted, 0);
+}
+
+TEST(PaddedChains, LogitsGiveTheCpusOutputsInPlace) {
+  REQUIRE_DEVICE();
+  expect_padded_logits_like_cpu(Standard{}, 21);
+  expect_padded_logits_like_cpu(Greedy{}, 22);
+  expect_padded_logits_like_cpu(Block{}, 23);
+  expect_padded_logits_like_cpu(Traversal{}, 24);
+  expect_padded_logits_like_cpu(Coupled{}, 25);
+}
+
 TEST(PaddedChains, ACountOutsideItsSlotsIsTheCpusErrorAndNothingIsWritten) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(16);
@@ -713,6 +761,24 @@ TEST(PaddedChains, ACountOutsideItsSlotsIsTheCpusErrorAndNothingIsWritten) {
   } catch (const invalid_input& e) {
     EXPECT_EQ(std::string(e.what()),
               "specverify::verify: sequence 2: num_draft_tokens = 4 must be in [0, 3] (its draft slots)");
+  }
+  EXPECT_THAT(d.out_tokens.read(), ::testing::Each(12345));
+  EXPECT_THAT(d.accepted.read(), ::testing::Each(12345));
+}
+
+TEST(PaddedChains, ALogitsCountOutsideItsSlotsIsTheCpusErrorAndNothingIsWritten) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(17);
+  testing::Padded host(4, 3, 50, rng);
+  host.counts[1] = -2;
+  DevicePadded d(host, testing::mixed_params(host.B));
+  cuda_ok(cuda::verify(Standard{}, d.logits, Randomness{}, d.out, d.workspace, nullptr));
+  try {
+    cuda::check(d.workspace, nullptr);
+    ADD_FAILURE() << "no invalid_input";
+  } catch (const invalid_input& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "specverify::verify: sequence 1: num_draft_tokens = -2 must be in [0, 3] (its draft slots)");
   }
   EXPECT_THAT(d.out_tokens.read(), ::testing::Each(12345));
   EXPECT_THAT(d.accepted.read(), ::testing::Each(12345));

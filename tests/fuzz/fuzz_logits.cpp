@@ -5,7 +5,9 @@
 // trees with any Drafted), sampling parameters per sequence (in and out of range, NaN), target and
 // draft logits drawn from a palette (ordinary, -inf, NaN, +inf, huge), optional one-hot drafts,
 // draft parameters, a reduced draft vocabulary (valid, out of range, not injective), guidance rows
-// and scales, a grammar bitmask (rows with nothing allowed included), logprobs. Rows are long
+// and scales, a grammar bitmask (rows with nothing allowed included), logprobs. Some chains are
+// padded (core/padded_chain.hpp): each sequence walks its first count of slots (a count outside
+// its slots now and then), and the drafts past it lie outside the vocabulary. Rows are long
 // enough now and then (V up to ~4200) that the streaming pre-pass runs over several blocks. Buffers
 // are sized exactly to what the batch describes, so ASan sees any read past them.
 // Invariants (API.md "Errors", "Logits and sampling parameters"): either invalid_input is thrown
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "fuzz_check.hpp"
+#include "specverify/core/padded_chain.hpp"
 #include "specverify/specverify.hpp"
 #include "typical_acceptance.hpp"
 
@@ -100,6 +103,8 @@ struct Case {
   std::vector<float> b_values;
   Drafted drafted = Drafted::sampled;
   bool one_hot = false;
+  bool padded = false;               // chains verified as padded chains of `walked`
+  std::vector<std::int32_t> walked;  // per sequence, with `padded`
   // Outputs.
   std::int32_t width = 1;
   std::vector<std::int32_t> out, accepted, nodes;
@@ -107,6 +112,8 @@ struct Case {
   Randomness randomness;
 
   std::int32_t count(std::int32_t b) const { return offsets[b + 1] - offsets[b]; }
+  /// The drafts sequence b may accept.
+  std::int32_t walks(std::int32_t b) const { return padded ? walked[b] : count(b); }
   std::int64_t rows() const { return std::int64_t{offsets[B]} + B; }
 
   template <class Batch, class Logit>
@@ -196,6 +203,7 @@ Case decode(FuzzedDataProvider& in) {
   c.V = wide ? in.ConsumeIntegralInRange<std::int32_t>(2040, 4200) : in.ConsumeIntegralInRange<std::int32_t>(1, 80);
   const bool allow_bad = shape & 0x10;
   c.one_hot = shape & 0x20;
+  c.padded = !c.tree && (shape & 0x40);
   const std::int32_t max_k = wide ? 2 : 4;
   c.offsets.push_back(0);
   for (std::int32_t b = 0; b < c.B; ++b) {
@@ -317,6 +325,15 @@ Case decode(FuzzedDataProvider& in) {
       }
     }
   }
+  if (c.padded) {  // a count per sequence, mostly within its slots; the drafts past it not read
+    for (std::int32_t b = 0; b < c.B; ++b) {
+      const std::uint8_t pick = in.remaining_bytes() > 0 ? in.ConsumeIntegral<std::uint8_t>() : 0;
+      std::int32_t n = pick % (c.count(b) + 1);
+      if (allow_bad && pick >= 250) n = pick % 2 ? c.count(b) + 1 : -1;
+      c.walked.push_back(n);
+      for (std::int32_t i = std::max(n, 0); i < c.count(b); ++i) c.tokens[std::size_t(c.offsets[b] + i)] = c.V + 3;
+    }
+  }
   // Outputs: wide enough for the deepest path.
   for (std::int32_t b = 0; b < c.B; ++b) {
     std::vector<std::int32_t> depth(static_cast<std::size_t>(c.count(b)));
@@ -390,7 +407,13 @@ bool call(const Rule& rule, Case& c, const Logit* t, const Logit* d, const Logit
                TreeOutput{c.out.data(), c.width, c.accepted.data(), c.nodes.data(), c.logprobs.data()});
       }
     }
-    if (!c.tree) verify(rule, c.chain(t, d, u), c.randomness, ChainOutput{c.out.data(), c.width, c.accepted.data(), c.logprobs.data()});
+    const ChainOutput out{c.out.data(), c.width, c.accepted.data(), c.logprobs.data()};
+    if (!c.tree && !c.padded) verify(rule, c.chain(t, d, u), c.randomness, out);
+    if (c.padded) {
+      const core::PaddedLogitsChainBatch<Logit> padded{c.chain(t, d, u), c.walked.data()};
+      cpu::detail::verify_logits<core::ChainLayout>(rule, padded, core::PaddedChainLayout::of(padded), c.randomness,
+                                                    out, CpuOptions{});
+    }
   } catch (const invalid_input& e) {
     message = e.what();
     return true;
@@ -439,7 +462,7 @@ void run(const Rule& rule, Case& c, RowType rows) {
   }
   for (std::int32_t b = 0; b < c.B; ++b) {
     const std::int32_t n = c.accepted[b];
-    CHECK(n >= 0 && n <= c.count(b), n, c.count(b));
+    CHECK(n >= 0 && n <= c.walks(b), n, c.walks(b));
     const std::int32_t* tokens = c.out.data() + std::size_t(b) * c.width;
     const float* logprobs = c.logprobs.data() + std::size_t(b) * c.width;
     const std::int64_t base = std::int64_t{c.offsets[b]} + b;  // row 0 of the sequence

@@ -3,7 +3,9 @@
 // step ([B, K] drafts, [B, K+1, V] rows, a count per sequence); the ragged layout packs sequence
 // b's rows right after sequence b - 1's, so it cannot address the unused slots' gaps. The counts
 // live where the rows do and are checked with them (check_sequence), so a device backend reads
-// them without a copy to the host. Used by Python's specverify.padded on every backend.
+// them without a copy to the host. Rows of probabilities or of logits (PaddedLogitsChainBatch,
+// whose checks are those of its probability shape, a PaddedChainBatch: validate_logits.hpp).
+// Used by Python's specverify.padded on every backend.
 #pragma once
 
 #include <cstdint>
@@ -23,12 +25,19 @@ struct PaddedChainBatch : ChainBatch<Prob> {
   const std::int32_t* num_draft_tokens{};  // [B], each in [0, offsets[b + 1] - offsets[b]]
 };
 
+/// The same over rows of logits (cpu::detail::verify_logits, cuda::verify take it by its type).
+template <class Logit>
+struct PaddedLogitsChainBatch : LogitsChainBatch<Logit> {
+  const std::int32_t* num_draft_tokens{};  // [B], each in [0, offsets[b + 1] - offsets[b]]
+};
+
 /// The chain layout cut to each sequence's count; rows and per-draft entries keep their slots.
 struct PaddedChainLayout : ChainLayout {
   const std::int32_t* counts{};
 
-  template <class Prob>
-  SPECVERIFY_HD static PaddedChainLayout of(const PaddedChainBatch<Prob>& batch) {
+  /// Of a padded batch of either kind.
+  template <class Batch>
+  SPECVERIFY_HD static PaddedChainLayout of(const Batch& batch) {
     PaddedChainLayout layout;
     layout.offsets = batch.draft_offsets;
     layout.tokens = batch.draft_tokens;

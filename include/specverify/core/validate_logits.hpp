@@ -14,6 +14,7 @@
 #include "specverify/core/logit_rows.hpp"
 #include "specverify/core/logit_source.hpp"
 #include "specverify/core/overlay.hpp"
+#include "specverify/core/padded_chain.hpp"
 #include "specverify/core/validate.hpp"
 #include "specverify/sampling.hpp"
 #include "specverify/types.hpp"
@@ -65,6 +66,16 @@ SPECVERIFY_HD std::int64_t sequence_rows(const LogitsTreeBatch<Logit>& batch, st
   return std::int64_t{batch.node_offsets[b + 1]} - batch.node_offsets[b] + 1;
 }
 
+/// The batch's draft rows (one per draft slot or node, as many as its draft_tokens).
+template <class Logit>
+SPECVERIFY_HD std::int64_t draft_rows(const LogitsChainBatch<Logit>& batch) {
+  return batch.draft_offsets[batch.batch_size];
+}
+template <class Logit>
+SPECVERIFY_HD std::int64_t draft_rows(const LogitsTreeBatch<Logit>& batch) {
+  return std::int64_t{batch.node_offsets[batch.batch_size]} + batch.batch_size;
+}
+
 /// The draft rows of a batch (`rows` of them) stay addressable by int64 at draft_stride.
 SPECVERIFY_HD_TEMPLATE
 template <class Batch>
@@ -101,6 +112,12 @@ SPECVERIFY_HD TreeBatch<Logit> probability_shape(const LogitsTreeBatch<Logit>& b
   shape.draft_probs = batch.draft_logits;
   shape.target_stride = batch.target_stride;
   shape.drafted = batch.drafted;
+  return shape;
+}
+template <class Logit>
+SPECVERIFY_HD PaddedChainBatch<Logit> probability_shape(const PaddedLogitsChainBatch<Logit>& batch) {
+  PaddedChainBatch<Logit> shape{probability_shape(static_cast<const LogitsChainBatch<Logit>&>(batch))};
+  shape.num_draft_tokens = batch.num_draft_tokens;
   return shape;
 }
 
@@ -270,8 +287,7 @@ SPECVERIFY_HD void name_penalty_fault(Finding& finding, const Fault& f, std::int
 }
 
 template <class Batch>
-void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<std::int32_t>& target_to_draft,
-                  std::vector<std::int32_t>& bias_order) {
+void check_logits(const Batch& batch, std::vector<std::int32_t>& target_to_draft, std::vector<std::int32_t>& bias_order) {
   const std::int32_t B = batch.batch_size;
   if (!batch.target_params) reject("target_params is null");
   for (std::int32_t b = 0; b < B; ++b) {
@@ -288,7 +304,7 @@ void check_logits(const Batch& batch, std::int64_t rows_per_batch, std::vector<s
   if (batch.draft_stride != 0 && batch.draft_stride < draft_v) {
     reject("draft_stride = ", batch.draft_stride, " must be 0 or at least the draft vocabulary size = ", draft_v);
   }
-  raise_if(check_draft_rows(batch, rows_per_batch));
+  raise_if(check_draft_rows(batch, draft_rows(batch)));
   target_to_draft.clear();
   if (batch.draft_vocab_size > 0) {
     if (!batch.draft_to_target) reject("draft_to_target is null (draft_vocab_size = ", batch.draft_vocab_size, ")");
@@ -329,33 +345,19 @@ std::int32_t first_bad_logit(const LogitRow<Logit>& row, float& value) {
 
 }  // namespace detail
 
-/// Throws invalid_input for anything wrong with a chain batch of logits. `target_to_draft`
-/// receives the inverse of draft_to_target when the draft vocabulary is reduced, `bias_order`
-/// each sequence's bias entries in token order (LogitSource::of takes both).
-template <class Rule, class Logit>
-void validate(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
-              const ChainOutput& out, std::vector<std::int32_t>& target_to_draft,
-              std::vector<std::int32_t>& bias_order) {
+/// Throws invalid_input for anything wrong with a batch of logits (LogitsChainBatch,
+/// LogitsTreeBatch, PaddedLogitsChainBatch): its probability shape's checks, then the logits' own.
+/// `target_to_draft` receives the inverse of draft_to_target when the draft vocabulary is reduced,
+/// `bias_order` each sequence's bias entries in token order (LogitSource::of takes both).
+template <class Rule, class Batch, class Output>
+void validate_logits(const Rule& rule, const Batch& batch, const Randomness& randomness, const Output& out,
+                     std::vector<std::int32_t>& target_to_draft, std::vector<std::int32_t>& bias_order) {
   reject_sharded(batch);
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
   validate(rule, detail::probability_shape(batch), randomness, out);
   check_positions<Rule>(randomness);
   if (batch.batch_size == 0) return;
-  detail::check_logits(batch, batch.draft_offsets[batch.batch_size], target_to_draft, bias_order);
-}
-
-/// Throws invalid_input for anything wrong with a tree batch of logits.
-template <class Rule, class Logit>
-void validate(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
-              const TreeOutput& out, std::vector<std::int32_t>& target_to_draft,
-              std::vector<std::int32_t>& bias_order) {
-  reject_sharded(batch);
-  if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
-  validate(rule, detail::probability_shape(batch), randomness, out);
-  check_positions<Rule>(randomness);
-  if (batch.batch_size == 0) return;
-  detail::check_logits(batch, std::int64_t{batch.node_offsets[batch.batch_size]} + batch.batch_size,
-                       target_to_draft, bias_order);
+  detail::check_logits(batch, target_to_draft, bias_order);
 }
 
 /// Throws the invalid_input describing what walking sequence b of a logits batch found: a bad

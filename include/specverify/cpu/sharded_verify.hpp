@@ -502,7 +502,7 @@ class ShardedVerify {
         whole.unconditional_stride = 0;
         if (!whole.target_logits) whole.target_logits = &placeholder;
         if (draft_rows_unknown) whole.draft_logits = &placeholder;
-        core::validate(rule_, whole, randomness_, out, target_to_draft, bias_order);
+        core::validate_logits(rule_, whole, randomness_, out, target_to_draft, bias_order);
       } else {
         static const float placeholder = 0.0f;
         whole.draft_stride = 0;

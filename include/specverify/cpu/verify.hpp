@@ -157,7 +157,7 @@ VerifyStats verify_logits(const Rule& rule, const Batch& batch, const Layout& la
   static_assert(is_cpu_row_type<Logit>,
                 "the CPU backend reads logits rows of float, specverify::float16 or specverify::bfloat16");
   std::vector<std::int32_t> target_to_draft, bias_order;
-  core::validate(rule, batch, randomness, out, target_to_draft, bias_order);
+  core::validate_logits(rule, batch, randomness, out, target_to_draft, bias_order);
   check_options(options);
   if (batch.batch_size == 0) return {};
   const auto source = core::LogitSource<Logit>::of(batch, layout.offsets,

@@ -1,4 +1,4 @@
-// verify() on CUDA over logits (LogitsChainBatch, LogitsTreeBatch): the CPU backend's semantics,
+// verify() on CUDA over logits (LogitsChainBatch, LogitsTreeBatch, PaddedLogitsChainBatch): the CPU backend's semantics,
 // tokens and messages (cpu/verify.hpp, core/validate_logits.hpp), on device pointers, without a
 // sync. Three steps on the stream:
 //   1. with a reduced draft vocabulary, the inverse map target_to_draft is built in the workspace
@@ -25,6 +25,7 @@
 
 #include "specverify/core/checks.hpp"
 #include "specverify/core/logit_source.hpp"
+#include "specverify/core/padded_chain.hpp"
 #include "specverify/core/validate.hpp"
 #include "specverify/core/validate_logits.hpp"
 #include "specverify/core/walk.hpp"
@@ -158,15 +159,6 @@ __device__ core::Finding bias_twice(Rows& rows, const Batch& batch, std::int32_t
   return core::detail::bias_twice_finding(b, lowest, first + entries[1], first + entries[0]);
 }
 
-template <class Logit>
-__device__ std::int64_t draft_rows(const LogitsChainBatch<Logit>& batch) {
-  return batch.draft_offsets[batch.batch_size];
-}
-template <class Logit>
-__device__ std::int64_t draft_rows(const LogitsTreeBatch<Logit>& batch) {
-  return std::int64_t{batch.node_offsets[batch.batch_size]} + batch.batch_size;
-}
-
 /// One block per sequence: check its input, walk it, keep the outcome in its record (and its
 /// logprobs in the staging rows), as verify_kernel.cuh's walk_kernel does for probabilities.
 template <class Rule, class Batch, int kThreads>
@@ -186,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
 
   bool walkable = false;
   core::Finding finding = core::check_sequence(rule, shape, r, row_width, b, items, walkable);
-  if (walkable) finding = check_logit_inputs(batch, draft_rows(batch), b, state, walkable);
+  if (walkable) finding = check_logit_inputs(batch, core::detail::draft_rows(batch), b, state, walkable);
   if (walkable) {
     finding = bias_twice(rows, batch, b);
     walkable = !finding;
@@ -337,6 +329,15 @@ template <class Rule, class Logit>
 cudaError_t verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const DeviceRandomness& randomness,
                    const ChainOutput& out, const Workspace& workspace, cudaStream_t stream) {
   return detail::launch_logits(rule, batch, detail::from_device(randomness), out, workspace, stream);
+}
+
+/// As above, over padded chains of logits (core/padded_chain.hpp): sequence b walks its first
+/// num_draft_tokens[b] drafts, which stay in their slots; the counts are read and checked on the
+/// device like the offsets (Python's specverify.padded with params= on CUDA tensors).
+template <class Rule, class Logit>
+cudaError_t verify(const Rule& rule, const core::PaddedLogitsChainBatch<Logit>& batch, const Randomness& randomness,
+                   const ChainOutput& out, const Workspace& workspace, cudaStream_t stream) {
+  return detail::launch_logits(rule, batch, detail::KernelRandomness{randomness}, out, workspace, stream);
 }
 
 /// Verifies a batch of draft trees given as logits (LogitsChainBatch's parameters, TreeBatch's
