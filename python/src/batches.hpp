@@ -8,8 +8,8 @@
 // validated.
 //
 // A batch type is a struct with batch_size, drafts() (entries indexed like draft_tokens), fresh(),
-// inputs() (extents of the arrays it reads), view() and kShape (whether rules that cut chains
-// apply to it).
+// inputs() (extents of the arrays it reads), view(), device_view(), target_rows(), kShape (whether
+// rules that cut chains apply to it) and CudaRule.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -107,6 +107,7 @@ inline void expect_row_length(const Array& a, const char* name, std::int64_t len
 struct PyChainBatch {
   static constexpr Shape kShape = Shape::chain;
   static constexpr const char* kName = "ChainBatch";
+  using CudaRule = CudaChainRule;  // the rules cuda_verify takes for it
   PyOffsets offsets;
   Array target_probs, draft_probs, target_row_max;
   std::int32_t batch_size = 0;
@@ -116,6 +117,8 @@ struct PyChainBatch {
 
   PyChainBatch(py::handle offsets_, py::handle tokens, py::handle target, py::handle draft, py::handle row_max,
                py::handle shard_ = py::none(), py::handle vocab_size_ = py::none());
+  /// The target rows (a CUDA call runs on their framework's current stream).
+  const Array& target_rows() const { return target_probs; }
   std::int64_t drafts() const { return offsets.drafts(); }
   PyChainBatch fresh() const;
   std::vector<Extent> inputs() const;
@@ -132,6 +135,7 @@ struct PyChainBatch {
 struct PyTreeBatch {
   static constexpr Shape kShape = Shape::tree;
   static constexpr const char* kName = "TreeBatch";
+  using CudaRule = CudaTreeRule;  // the rules cuda_verify takes for it
   PyOffsets offsets;
   Array parents, target_probs, draft_probs;
   Drafted drafted;
@@ -144,6 +148,8 @@ struct PyTreeBatch {
 
   PyTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens, py::handle target,
               py::handle draft, Drafted drafted_, py::handle shard_ = py::none(), py::handle vocab_size_ = py::none());
+  /// The target rows (a CUDA call runs on their framework's current stream).
+  const Array& target_rows() const { return target_probs; }
   std::int64_t drafts() const { return offsets.drafts(); }
   PyTreeBatch fresh() const;
   std::vector<Extent> inputs() const;
@@ -257,6 +263,7 @@ struct PyLogitsFields {
 struct PyLogitsChainBatch {
   static constexpr Shape kShape = Shape::chain;
   static constexpr const char* kName = "LogitsChainBatch";
+  using CudaRule = CudaLogitsChainRule;  // the rules cuda_verify takes for it
   PyOffsets offsets;
   Array target_logits, draft_logits;
   PyLogitsFields fields;
@@ -273,12 +280,20 @@ struct PyLogitsChainBatch {
                      py::handle history_tokens, py::handle history_counts, py::handle bias_offsets,
                      py::handle bias_tokens, py::handle bias_values, py::handle shard_ = py::none(),
                      py::handle vocab_size_ = py::none());
+  /// The target rows (a CUDA call runs on their framework's current stream).
+  const Array& target_rows() const { return target_logits; }
   std::int64_t drafts() const { return offsets.drafts(); }
   PyLogitsChainBatch fresh() const;
   std::vector<Extent> inputs() const;
   RowTypes<LogitsChainBatch> view();
   /// The C++ batch over the arrays in place (on a CUDA device).
   RowTypes<LogitsChainBatch> device_view() const;
+
+ private:
+  /// The C++ batch over these indices and the rows in place, its fields set by set_fields(batch).
+  template <class SetFields>
+  RowTypes<LogitsChainBatch> in_place_with(const std::int32_t* offsets_data, const std::int32_t* tokens,
+                                           const SetFields& set_fields) const;
 };
 
 /// LogitsTreeBatch: TreeBatch's layout with rows of logits (as LogitsChainBatch's; draft_logits
@@ -286,6 +301,7 @@ struct PyLogitsChainBatch {
 struct PyLogitsTreeBatch {
   static constexpr Shape kShape = Shape::tree;
   static constexpr const char* kName = "LogitsTreeBatch";
+  using CudaRule = CudaLogitsTreeRule;  // the rules cuda_verify takes for it
   PyOffsets offsets;
   Array parents, target_logits, draft_logits;
   Drafted drafted;
@@ -304,12 +320,19 @@ struct PyLogitsTreeBatch {
                     py::handle history_offsets, py::handle history_tokens, py::handle history_counts,
                     py::handle bias_offsets, py::handle bias_tokens, py::handle bias_values,
                     py::handle shard_ = py::none(), py::handle vocab_size_ = py::none());
+  /// The target rows (a CUDA call runs on their framework's current stream).
+  const Array& target_rows() const { return target_logits; }
   std::int64_t drafts() const { return offsets.drafts(); }
   PyLogitsTreeBatch fresh() const;
   std::vector<Extent> inputs() const;
   RowTypes<LogitsTreeBatch> view();
   /// The C++ batch over the arrays in place (on a CUDA device).
   RowTypes<LogitsTreeBatch> device_view() const;
+
+ private:
+  template <class SetFields>
+  RowTypes<LogitsTreeBatch> in_place_with(const std::int32_t* offsets_data, const std::int32_t* parents_data,
+                                          const std::int32_t* tokens, const SetFields& set_fields) const;
 };
 
 /// ChainOutput / TreeOutput: tokens int32 [B, row_width] with adjacent rows, num_accepted int32

@@ -39,26 +39,6 @@ decltype(auto) with_view(const std::variant<Views...>& view, Fn&& fn) {
   return std::visit(fn, view);
 }
 
-/// The rules cuda_verify takes for each batch kind (cuda_verify.hpp).
-template <class PyBatch>
-struct CudaRules;
-template <>
-struct CudaRules<PyChainBatch> {
-  using type = CudaChainRule;
-};
-template <>
-struct CudaRules<PyTreeBatch> {
-  using type = CudaTreeRule;
-};
-template <>
-struct CudaRules<PyLogitsChainBatch> {
-  using type = CudaLogitsChainRule;
-};
-template <>
-struct CudaRules<PyLogitsTreeBatch> {
-  using type = CudaLogitsTreeRule;
-};
-
 /// A call's arguments viewed as they are now (a caller may have resized an array since its object
 /// was built), outputs refused where they share memory with an input or another output, and the
 /// device they are all on. Built with the GIL; the fresh views hold the arrays' exporters until
@@ -157,17 +137,10 @@ struct is_alternative<std::variant<Rules...>, Rule> : std::disjunction<std::is_s
 template <class PyBatch, class PyOut>
 py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& out, const py::object& stream,
                           bool synchronize, const std::int32_t* num_draft_tokens = nullptr) {
-  using Variant = typename CudaRules<PyBatch>::type;
+  using Variant = typename PyBatch::CudaRule;
   constexpr bool kLogits = std::is_same_v<PyBatch, PyLogitsChainBatch> || std::is_same_v<PyBatch, PyLogitsTreeBatch>;
   if (!now.batch.shard.whole()) reject("a sharded batch takes verify(..., all_gather=fn) and CPU arrays");
-  const py::handle rows = [&]() -> py::handle {
-    if constexpr (kLogits) {
-      return now.batch.target_logits.source;
-    } else {
-      return now.batch.target_probs.source;
-    }
-  }();
-  const CudaCall call{now.device.id, stream_of(stream, rows, now.device.id), synchronize};
+  const CudaCall call{now.device.id, stream_of(stream, now.batch.target_rows().source, now.device.id), synchronize};
   const auto batch_view = now.batch.device_view();
   const auto out_view = now.out.view(now.batch.batch_size);
   const Randomness random_view = now.randomness.view(now.batch.batch_size, now.batch.drafts());
