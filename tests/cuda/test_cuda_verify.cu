@@ -679,16 +679,34 @@ struct DevicePadded {
   }
 };
 
-template <class Rule>
-void expect_padded_like_cpu(const Rule& rule, std::uint64_t seed, std::int32_t blocks_per_row) {
+/// The device's outputs and statistics are the CPU's on one padded step: its probabilities with
+/// `blocks_per_row`, or (kLogits) its logits under testing::mixed_params.
+template <bool kLogits, class Rule>
+void expect_padded_like_cpu(const Rule& rule, std::uint64_t seed, std::int32_t blocks_per_row = 0) {
   std::mt19937_64 rng(seed);
   testing::Padded host(23, 5, 3000, rng);
-  const Randomness r{seed, 4};
-  const core::PaddedChainBatch<float> batch = host.batch();
-  const VerifyStats cpu_stats =
-      cpu::detail::verify_probs<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), r, host.output(), {});
-  DevicePadded d(host);
-  cuda_ok(cuda::verify(rule, d.batch, r, d.out, d.workspace, nullptr, cuda::Launch{blocks_per_row}));
+  const std::vector<SamplingParams> params = testing::mixed_params(host.B);
+  const std::vector<std::int64_t> positions(std::size_t(host.B), 40);  // Coupled keys its samples by them
+  DeviceArray<std::int64_t> device_positions(positions);
+  Randomness r{seed, 4};
+  r.positions = positions.data();
+  VerifyStats cpu_stats;
+  if constexpr (kLogits) {
+    const core::PaddedLogitsChainBatch<float> batch = host.logits_batch(params.data());
+    cpu_stats = cpu::detail::verify_logits<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), r,
+                                                              host.output(), {});
+  } else {
+    const core::PaddedChainBatch<float> batch = host.batch();
+    cpu_stats = cpu::detail::verify_probs<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), r,
+                                                             host.output(), {});
+  }
+  DevicePadded d(host, params);
+  r.positions = device_positions.get();
+  if constexpr (kLogits) {
+    cuda_ok(cuda::verify(rule, d.logits, r, d.out, d.workspace, nullptr));
+  } else {
+    cuda_ok(cuda::verify(rule, d.batch, r, d.out, d.workspace, nullptr, cuda::Launch{blocks_per_row}));
+  }
   cuda::check(d.workspace, nullptr);
   const VerifyStats gpu_stats = cuda::read_stats(d.workspace, nullptr);
   EXPECT_EQ(d.out_tokens.read(), host.out_tokens);
@@ -705,47 +723,21 @@ TEST(PaddedChains, EveryKindOfRuleGivesTheCpusOutputsInPlace) {
   REQUIRE_DEVICE();
   for (const std::int32_t blocks : {1, 0, 4}) {
     SCOPED_TRACE(blocks);
-    expect_padded_like_cpu(Standard{}, 11, blocks);
-    expect_padded_like_cpu(Greedy{}, 12, blocks);
-    expect_padded_like_cpu(Ears{0.3f}, 13, blocks);
-    expect_padded_like_cpu(Block{}, 14, blocks);
-    expect_padded_like_cpu(Traversal{}, 15, blocks);
+    expect_padded_like_cpu<false>(Standard{}, 11, blocks);
+    expect_padded_like_cpu<false>(Greedy{}, 12, blocks);
+    expect_padded_like_cpu<false>(Ears{0.3f}, 13, blocks);
+    expect_padded_like_cpu<false>(Block{}, 14, blocks);
+    expect_padded_like_cpu<false>(Traversal{}, 15, blocks);
   }
-}
-
-template <class Rule>
-void expect_padded_logits_like_cpu(const Rule& rule, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  testing::Padded host(23, 5, 3000, rng);
-  const std::vector<SamplingParams> params = testing::mixed_params(host.B);
-  const std::vector<std::int64_t> positions(std::size_t(host.B), 40);  // Coupled keys its samples by them
-  DeviceArray<std::int64_t> device_positions(positions);
-  Randomness r{seed, 4};
-  r.positions = positions.data();
-  const core::PaddedLogitsChainBatch<float> batch = host.logits_batch(params.data());
-  const VerifyStats cpu_stats = cpu::detail::verify_logits<core::ChainLayout>(
-      rule, batch, core::PaddedChainLayout::of(batch), r, host.output(), {});
-  DevicePadded d(host, params);
-  r.positions = device_positions.get();
-  cuda_ok(cuda::verify(rule, d.logits, r, d.out, d.workspace, nullptr));
-  cuda::check(d.workspace, nullptr);
-  const VerifyStats gpu_stats = cuda::read_stats(d.workspace, nullptr);
-  EXPECT_EQ(d.out_tokens.read(), host.out_tokens);
-  EXPECT_EQ(d.accepted.read(), host.accepted);
-  testing::expect_same_logprobs(d.logprobs.read(), host.logprobs);
-  EXPECT_EQ(gpu_stats.drafted, cpu_stats.drafted);
-  EXPECT_EQ(gpu_stats.accepted, cpu_stats.accepted);
-  EXPECT_EQ(gpu_stats.target_checked, cpu_stats.target_checked);
-  EXPECT_GT(cpu_stats.accepted, 0);
 }
 
 TEST(PaddedChains, LogitsGiveTheCpusOutputsInPlace) {
   REQUIRE_DEVICE();
-  expect_padded_logits_like_cpu(Standard{}, 21);
-  expect_padded_logits_like_cpu(Greedy{}, 22);
-  expect_padded_logits_like_cpu(Block{}, 23);
-  expect_padded_logits_like_cpu(Traversal{}, 24);
-  expect_padded_logits_like_cpu(Coupled{}, 25);
+  expect_padded_like_cpu<true>(Standard{}, 21);
+  expect_padded_like_cpu<true>(Greedy{}, 22);
+  expect_padded_like_cpu<true>(Block{}, 23);
+  expect_padded_like_cpu<true>(Traversal{}, 24);
+  expect_padded_like_cpu<true>(Coupled{}, 25);
 }
 
 TEST(PaddedChains, ACountOutsideItsSlotsIsTheCpusErrorAndNothingIsWritten) {
