@@ -41,6 +41,22 @@ RowTypes<CppBatch> of_row_type(Elem elem, Fill&& fill) {
   }
 }
 
+/// The C++ logits batch over `py`'s rows in place (their dtype, strides and shard), its layout
+/// and fields set by set(batch).
+template <template <class> class CppBatch, class PyBatch, class Set>
+RowTypes<CppBatch> logits_in_place(const PyBatch& py, const Set& set) {
+  return of_row_type<CppBatch>(py.target_logits.elem, [&](auto& b) {
+    b.batch_size = py.batch_size;
+    b.vocab_size = py.global_vocab;
+    point(b.target_logits, py.target_logits);
+    point(b.draft_logits, py.draft_logits);
+    b.target_stride = py.target_logits.row_stride();
+    b.draft_stride = py.draft_logits.present() ? py.draft_logits.row_stride() : 0;
+    b.shard = py.shard;
+    set(b);
+  });
+}
+
 /// "NAME holds M entries", or "NAME is None".
 std::string holds(const Array& a, const char* name) { return holds_entries(name, a.present(), a.rows()); }
 
@@ -383,33 +399,21 @@ std::vector<Extent> PyLogitsChainBatch::inputs() const {
   return inputs;
 }
 
-template <class SetFields>
-RowTypes<LogitsChainBatch> PyLogitsChainBatch::in_place_with(const std::int32_t* offsets_data,
-                                                             const std::int32_t* tokens,
-                                                             const SetFields& set_fields) const {
-  return of_row_type<LogitsChainBatch>(target_logits.elem, [&](auto& b) {
-    b.batch_size = batch_size;
-    b.vocab_size = global_vocab;
-    b.draft_offsets = offsets_data;
-    b.draft_tokens = tokens;
-    point(b.target_logits, target_logits);
-    point(b.draft_logits, draft_logits);
-    b.target_stride = target_logits.row_stride();
-    b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
-    set_fields(b);
-    b.shard = shard;
+RowTypes<LogitsChainBatch> PyLogitsChainBatch::view() {
+  offsets.snapshot();
+  return logits_in_place<LogitsChainBatch>(*this, [&](auto& b) {
+    b.draft_offsets = offsets.data();
+    b.draft_tokens = offsets.tokens();
+    fields.fill(b, offsets);
   });
 }
 
-RowTypes<LogitsChainBatch> PyLogitsChainBatch::view() {
-  offsets.snapshot();
-  return in_place_with(offsets.data(), offsets.tokens(), [&](auto& b) { fields.fill(b, offsets); });
-}
-
 RowTypes<LogitsChainBatch> PyLogitsChainBatch::device_view() const {
-  return in_place_with(offsets.offsets.as<const std::int32_t>(),
-                       drafts() ? offsets.draft_tokens.as<const std::int32_t>() : nullptr,
-                       [&](auto& b) { fields.in_place(b); });
+  return logits_in_place<LogitsChainBatch>(*this, [&](auto& b) {
+    b.draft_offsets = offsets.offsets.as<const std::int32_t>();
+    b.draft_tokens = drafts() ? offsets.draft_tokens.as<const std::int32_t>() : nullptr;
+    fields.in_place(b);
+  });
 }
 
 PyLogitsTreeBatch::PyLogitsTreeBatch(py::handle node_offsets, py::handle parents_, py::handle tokens,
@@ -464,38 +468,26 @@ std::vector<Extent> PyLogitsTreeBatch::inputs() const {
   return inputs;
 }
 
-template <class SetFields>
-RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::in_place_with(const std::int32_t* offsets_data,
-                                                           const std::int32_t* parents_data,
-                                                           const std::int32_t* tokens,
-                                                           const SetFields& set_fields) const {
-  return of_row_type<LogitsTreeBatch>(target_logits.elem, [&](auto& b) {
-    b.batch_size = batch_size;
-    b.vocab_size = global_vocab;
-    b.node_offsets = offsets_data;
-    b.parents = parents_data;
-    b.draft_tokens = tokens;
-    point(b.target_logits, target_logits);
-    point(b.draft_logits, draft_logits);
-    b.target_stride = target_logits.row_stride();
-    b.draft_stride = draft_logits.present() ? draft_logits.row_stride() : 0;
+RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::view() {
+  offsets.snapshot();
+  return logits_in_place<LogitsTreeBatch>(*this, [&](auto& b) {
+    b.node_offsets = offsets.data();
+    b.parents = snapshot(parents, parents_copy);
+    b.draft_tokens = offsets.tokens();
     b.drafted = drafted;
-    set_fields(b);
-    b.shard = shard;
+    fields.fill(b, offsets);
   });
 }
 
-RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::view() {
-  offsets.snapshot();
-  const std::int32_t* parents_data = snapshot(parents, parents_copy);
-  return in_place_with(offsets.data(), parents_data, offsets.tokens(), [&](auto& b) { fields.fill(b, offsets); });
-}
-
 RowTypes<LogitsTreeBatch> PyLogitsTreeBatch::device_view() const {
-  const bool any = drafts() > 0;
-  return in_place_with(offsets.offsets.as<const std::int32_t>(), any ? parents.as<const std::int32_t>() : nullptr,
-                       any ? offsets.draft_tokens.as<const std::int32_t>() : nullptr,
-                       [&](auto& b) { fields.in_place(b); });
+  return logits_in_place<LogitsTreeBatch>(*this, [&](auto& b) {
+    const bool any = drafts() > 0;
+    b.node_offsets = offsets.offsets.as<const std::int32_t>();
+    b.parents = any ? parents.as<const std::int32_t>() : nullptr;
+    b.draft_tokens = any ? offsets.draft_tokens.as<const std::int32_t>() : nullptr;
+    b.drafted = drafted;
+    fields.in_place(b);
+  });
 }
 
 PyOutput::PyOutput(py::handle tokens_, py::handle num_accepted_, py::handle accepted_nodes_, py::handle logprobs_)

@@ -288,12 +288,6 @@ struct PyLogitsChainBatch {
   RowTypes<LogitsChainBatch> view();
   /// The C++ batch over the arrays in place (on a CUDA device).
   RowTypes<LogitsChainBatch> device_view() const;
-
- private:
-  /// The C++ batch over these indices and the rows in place, its fields set by set_fields(batch).
-  template <class SetFields>
-  RowTypes<LogitsChainBatch> in_place_with(const std::int32_t* offsets_data, const std::int32_t* tokens,
-                                           const SetFields& set_fields) const;
 };
 
 /// LogitsTreeBatch: TreeBatch's layout with rows of logits (as LogitsChainBatch's; draft_logits
@@ -328,11 +322,6 @@ struct PyLogitsTreeBatch {
   RowTypes<LogitsTreeBatch> view();
   /// The C++ batch over the arrays in place (on a CUDA device).
   RowTypes<LogitsTreeBatch> device_view() const;
-
- private:
-  template <class SetFields>
-  RowTypes<LogitsTreeBatch> in_place_with(const std::int32_t* offsets_data, const std::int32_t* parents_data,
-                                          const std::int32_t* tokens, const SetFields& set_fields) const;
 };
 
 /// ChainOutput / TreeOutput: tokens int32 [B, row_width] with adjacent rows, num_accepted int32

@@ -742,38 +742,24 @@ TEST(PaddedChains, LogitsGiveTheCpusOutputsInPlace) {
 
 TEST(PaddedChains, ACountOutsideItsSlotsIsTheCpusErrorAndNothingIsWritten) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(16);
-  testing::Padded host(4, 3, 50, rng);
-  host.counts[2] = 4;
-  DevicePadded d(host);
-  cuda_ok(cuda::verify(Standard{}, d.batch, Randomness{}, d.out, d.workspace, nullptr));
-  try {
-    cuda::check(d.workspace, nullptr);
-    ADD_FAILURE() << "no invalid_input";
-  } catch (const invalid_input& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "specverify::verify: sequence 2: num_draft_tokens = 4 must be in [0, 3] (its draft slots)");
+  for (const bool logits : {false, true}) {
+    SCOPED_TRACE(logits);
+    std::mt19937_64 rng(16);
+    testing::Padded host(4, 3, 50, rng);
+    host.counts[2] = logits ? -2 : 4;
+    DevicePadded d(host, testing::mixed_params(host.B));
+    cuda_ok(logits ? cuda::verify(Standard{}, d.logits, Randomness{}, d.out, d.workspace, nullptr)
+                   : cuda::verify(Standard{}, d.batch, Randomness{}, d.out, d.workspace, nullptr));
+    try {
+      cuda::check(d.workspace, nullptr);
+      ADD_FAILURE() << "no invalid_input";
+    } catch (const invalid_input& e) {
+      EXPECT_EQ(std::string(e.what()), "specverify::verify: sequence 2: num_draft_tokens = " +
+                                           std::to_string(host.counts[2]) + " must be in [0, 3] (its draft slots)");
+    }
+    EXPECT_THAT(d.out_tokens.read(), ::testing::Each(12345));
+    EXPECT_THAT(d.accepted.read(), ::testing::Each(12345));
   }
-  EXPECT_THAT(d.out_tokens.read(), ::testing::Each(12345));
-  EXPECT_THAT(d.accepted.read(), ::testing::Each(12345));
-}
-
-TEST(PaddedChains, ALogitsCountOutsideItsSlotsIsTheCpusErrorAndNothingIsWritten) {
-  REQUIRE_DEVICE();
-  std::mt19937_64 rng(17);
-  testing::Padded host(4, 3, 50, rng);
-  host.counts[1] = -2;
-  DevicePadded d(host, testing::mixed_params(host.B));
-  cuda_ok(cuda::verify(Standard{}, d.logits, Randomness{}, d.out, d.workspace, nullptr));
-  try {
-    cuda::check(d.workspace, nullptr);
-    ADD_FAILURE() << "no invalid_input";
-  } catch (const invalid_input& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "specverify::verify: sequence 1: num_draft_tokens = -2 must be in [0, 3] (its draft slots)");
-  }
-  EXPECT_THAT(d.out_tokens.read(), ::testing::Each(12345));
-  EXPECT_THAT(d.accepted.read(), ::testing::Each(12345));
 }
 
 // ---- The documented edge cases give the CPU's tokens ----
