@@ -26,26 +26,12 @@ void point(const T*& field, const Array& a) {
   field = a.as<const T>();
 }
 
-/// The C++ logits batch of the rows' dtype, its fields set by fill(batch).
-template <template <class> class CppBatch, class Fill>
-RowTypes<CppBatch> of_row_type(Elem elem, Fill&& fill) {
-  const auto build = [&](auto logit) -> RowTypes<CppBatch> {
-    CppBatch<decltype(logit)> batch;
-    fill(batch);
-    return batch;
-  };
-  switch (elem) {
-    case Elem::float16: return build(float16{});
-    case Elem::bfloat16: return build(bfloat16{});
-    default: return build(float{});
-  }
-}
-
-/// The C++ logits batch over `py`'s rows in place (their dtype, strides and shard), its layout
-/// and fields set by set(batch).
+/// The C++ logits batch over `py`'s rows in place, of their dtype (with their strides and shard),
+/// its layout and fields set by set(batch).
 template <template <class> class CppBatch, class PyBatch, class Set>
 RowTypes<CppBatch> logits_in_place(const PyBatch& py, const Set& set) {
-  return of_row_type<CppBatch>(py.target_logits.elem, [&](auto& b) {
+  const auto build = [&](auto logit) -> RowTypes<CppBatch> {
+    CppBatch<decltype(logit)> b;
     b.batch_size = py.batch_size;
     b.vocab_size = py.global_vocab;
     point(b.target_logits, py.target_logits);
@@ -54,7 +40,13 @@ RowTypes<CppBatch> logits_in_place(const PyBatch& py, const Set& set) {
     b.draft_stride = py.draft_logits.present() ? py.draft_logits.row_stride() : 0;
     b.shard = py.shard;
     set(b);
-  });
+    return b;
+  };
+  switch (py.target_logits.elem) {
+    case Elem::float16: return build(float16{});
+    case Elem::bfloat16: return build(bfloat16{});
+    default: return build(float{});
+  }
 }
 
 /// "NAME holds M entries", or "NAME is None".
