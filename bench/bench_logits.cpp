@@ -22,6 +22,9 @@
 // rows split over the row team), next to ReadPassOne, the read of the same two rows; and
 // VerifyOnePenalised, the same with one sequence's history and bias lists:
 //   build/release/bench/bench_logits --benchmark_filter='One' --benchmark_repetitions=5
+// Coupled: VerifyCoupled/<params>/rejected over ReadPass/rejected (it reads half those bytes),
+// and the Gumbel noise through the shared log against libm's:
+//   build/release/bench/bench_logits --benchmark_filter='Coupled|Gumbel|ReadPass/rejected'
 #include <benchmark/benchmark.h>
 #include <xsimd/xsimd.hpp>
 
@@ -520,6 +523,41 @@ void EnginePenalised(benchmark::State& state, SamplingParams params, bool accept
   set_bytes(state, accepted);
 }
 
+/// Coupled on the rejected path's batch: no sequence's first draft is its coupled sample, so each
+/// reads target row 0 alone (the pre-pass, then the Gumbel race over the kept tokens, pruned by
+/// the largest noise), half of ReadPass/rejected's bytes.
+void VerifyCoupled(benchmark::State& state, SamplingParams params) {
+  Path path(false, params);
+  const LogitsChainBatch<float> batch = path.batch();
+  const std::vector<std::int64_t> positions(std::size_t(kB), 1000);
+  std::uint64_t seed = 0;
+  for (auto _ : state) {
+    Randomness r{seed++};
+    r.positions = positions.data();
+    const VerifyStats stats = verify(Coupled{}, batch, r, path.output(), CpuOptions{1});
+    if (stats.accepted != 0) state.SkipWithError("not the path this measures");
+  }
+  state.SetBytesProcessed(state.iterations() * read_bytes(false) / 2);
+}
+
+/// The Gumbel noise -log(-log u) of 2^16 uniforms through the shared log (core/shared_log.hpp),
+/// and through libm's log, which engines use (and which differs between C libraries).
+template <bool kShared>
+void GumbelNoise(benchmark::State& state) {
+  std::vector<double> u(1 << 16);
+  for (std::size_t i = 0; i < u.size(); ++i) u[i] = (double(i) * 65521.0 + 0.5) * 0x1p-32;
+  for (auto _ : state) {
+    double sum = 0.0;
+    for (const double x : u) sum += kShared ? -core::shared_log(-core::shared_log(x)) : -std::log(-std::log(x));
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetItemsProcessed(state.iterations() * std::int64_t(u.size()));
+}
+
+BENCHMARK_CAPTURE(VerifyCoupled, temperature/rejected, kTemperature)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(VerifyCoupled, top_k_top_p/rejected, kTopKTopP)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(GumbelNoise, true)->Name("GumbelNoise/shared_log")->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(GumbelNoise, false)->Name("GumbelNoise/libm_log")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Verify, penalties_baseline/temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(VerifyPenalised, temperature/rejected, kTemperature, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(EnginePenalised, temperature/rejected, kTemperature, false)->Unit(benchmark::kMillisecond)->Iterations(3);

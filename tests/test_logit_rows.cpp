@@ -1,10 +1,13 @@
-// The logits row source at row level: the shared exp, the pre-pass (kept sets, values) against the
-// long-double reference of the seven steps, the row operations through views (statistics and
-// draws, by chi-square), coupled (Gumbel) sampling, and the reduced draft vocabulary map.
+// The logits row source at row level: the shared log and exp, the pre-pass (kept sets, values)
+// against the long-double reference of the seven steps, the row operations through views
+// (statistics and draws, by chi-square), coupled (Gumbel) sampling, and the reduced draft
+// vocabulary map.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -98,6 +101,61 @@ void expect_matches_reference(const ReferenceRow& row, const View& view, bool gu
     EXPECT_LE(std::fabs(std::log(static_cast<long double>(value)) - std::log(p[v])), 1e-4L) << "token " << v;
   }
   EXPECT_GT(kept, 0);
+}
+
+// ------------------------------------------------------------------------------ the shared log
+
+/// |shared_log(x) - log x| in units in the last place of log x (long double reference).
+double log_ulp_error(double x) {
+  const long double exact = std::log(static_cast<long double>(x));
+  if (exact == 0.0L) return core::shared_log(x) == 0.0 ? 0.0 : HUGE_VAL;
+  int exponent;
+  std::frexp(exact, &exponent);
+  return double(std::fabs(core::shared_log(x) - exact) / std::ldexp(1.0L, exponent - 53));
+}
+
+TEST(SharedLog, WithinItsUlpBoundOverADenseSweep) {
+  double worst = 0;
+  // Every 97th positive finite float (the probabilities of Coupled's keys), subnormals included.
+  for (std::uint32_t b = 1; b < core::float_bits(kInf); b += 97) {
+    worst = std::max(worst, log_ulp_error(core::bits_float(b)));
+  }
+  // The uniforms of the Gumbel noise, (w + 1/2) 2^-32, and -log of them.
+  for (std::uint64_t w = 0; w < (std::uint64_t{1} << 32); w += 4099) {
+    const double u = (static_cast<double>(w) + 0.5) * 0x1p-32;
+    worst = std::max({worst, log_ulp_error(u), log_ulp_error(-core::shared_log(u))});
+  }
+  // Normal doubles of every exponent, and 1 +- small.
+  std::mt19937_64 rng(17);
+  for (int i = 0; i < 1000000; ++i) {
+    const std::uint64_t bits = (rng() >> 12) | ((1 + rng() % 2046) << 52);
+    double x;
+    std::memcpy(&x, &bits, sizeof x);
+    worst = std::max({worst, log_ulp_error(x), log_ulp_error(1.0 + (i - 500000) * 0x1p-40)});
+  }
+  EXPECT_LE(worst, core::kLogMaxUlp);
+  EXPECT_GT(worst, 0.5);  // the sweep saw roundings: a test that could fail
+  EXPECT_EQ(core::shared_log(1.0), 0.0);
+  EXPECT_EQ(core::shared_log(2.0), 0x1.62e42fefa39efp-1);  // ln 2, correctly rounded
+}
+
+// A known answer, as Philox's: the bits of the Gumbel noise and of log p that Coupled's keys are
+// made of, the same on every instruction set, compiler and backend. g++ 12 (-O0 to -O3, SSE2,
+// AVX2 and AVX-512, -ffp-contract=fast) and clang 14 gave this hash alike; test_cuda_logits.cu
+// checks the device's bits against the host's. A change of the shared log's operations changes
+// Coupled's tokens: it must show here.
+TEST(SharedLog, KnownAnswer) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a over the results' bits
+  const auto add = [&](double v) {
+    std::uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    hash = (hash ^ bits) * 1099511628211ull;
+  };
+  for (std::uint64_t w = 0; w < (std::uint64_t{1} << 32); w += 4099) {
+    add(core::gumbel(static_cast<std::uint32_t>(w)));
+    add(core::shared_log(double(core::bits_float(static_cast<std::uint32_t>(w >> 1) % core::float_bits(kInf) + 1))));
+  }
+  EXPECT_EQ(hash, 0xf1a9752ffb2f6742ull) << std::hex << hash;
 }
 
 // ------------------------------------------------------------------------------ the shared exp

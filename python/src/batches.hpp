@@ -107,7 +107,6 @@ inline void expect_row_length(const Array& a, const char* name, std::int64_t len
 struct PyChainBatch {
   static constexpr Shape kShape = Shape::chain;
   static constexpr const char* kName = "ChainBatch";
-  using CudaRule = CudaChainRule;  // the rules cuda_verify takes for it
   PyOffsets offsets;
   Array target_probs, draft_probs, target_row_max;
   std::int32_t batch_size = 0;
@@ -135,7 +134,6 @@ struct PyChainBatch {
 struct PyTreeBatch {
   static constexpr Shape kShape = Shape::tree;
   static constexpr const char* kName = "TreeBatch";
-  using CudaRule = CudaTreeRule;  // the rules cuda_verify takes for it
   PyOffsets offsets;
   Array parents, target_probs, draft_probs;
   Drafted drafted;
@@ -263,7 +261,6 @@ struct PyLogitsFields {
 struct PyLogitsChainBatch {
   static constexpr Shape kShape = Shape::chain;
   static constexpr const char* kName = "LogitsChainBatch";
-  using CudaRule = CudaLogitsChainRule;  // the rules cuda_verify takes for it
   PyOffsets offsets;
   Array target_logits, draft_logits;
   PyLogitsFields fields;
@@ -295,7 +292,6 @@ struct PyLogitsChainBatch {
 struct PyLogitsTreeBatch {
   static constexpr Shape kShape = Shape::tree;
   static constexpr const char* kName = "LogitsTreeBatch";
-  using CudaRule = CudaLogitsTreeRule;  // the rules cuda_verify takes for it
   PyOffsets offsets;
   Array parents, target_logits, draft_logits;
   Drafted drafted;

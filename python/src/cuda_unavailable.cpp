@@ -24,11 +24,11 @@ CudaResult cuda_verify(const CudaTreeRule&, const TreeBatch<float>&, const Rando
                        const DeviceBounds&, const CudaCall&) {
   unavailable();
 }
-CudaResult cuda_verify(const CudaLogitsChainRule&, const RowTypes<LogitsChainBatch>&, const Randomness&,
+CudaResult cuda_verify(const CudaChainRule&, const RowTypes<LogitsChainBatch>&, const Randomness&,
                        const ChainOutput&, const DeviceBounds&, const CudaCall&, const std::int32_t*) {
   unavailable();
 }
-CudaResult cuda_verify(const CudaLogitsTreeRule&, const RowTypes<LogitsTreeBatch>&, const Randomness&,
+CudaResult cuda_verify(const CudaTreeRule&, const RowTypes<LogitsTreeBatch>&, const Randomness&,
                        const TreeOutput&, const DeviceBounds&, const CudaCall&) {
   unavailable();
 }

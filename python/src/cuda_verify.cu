@@ -321,7 +321,7 @@ CudaResult cuda_verify(const CudaTreeRule& rule, const TreeBatch<float>& batch, 
                        const TreeOutput& out, const DeviceBounds& bounds, const CudaCall& call) {
   return cuda_detail::run(rule, batch, randomness, out, bounds, call);
 }
-CudaResult cuda_verify(const CudaLogitsChainRule& rule, const RowTypes<LogitsChainBatch>& batch,
+CudaResult cuda_verify(const CudaChainRule& rule, const RowTypes<LogitsChainBatch>& batch,
                        const Randomness& randomness, const ChainOutput& out, const DeviceBounds& bounds,
                        const CudaCall& call, const std::int32_t* num_draft_tokens) {
   return std::visit(
@@ -335,7 +335,7 @@ CudaResult cuda_verify(const CudaLogitsChainRule& rule, const RowTypes<LogitsCha
       },
       batch);
 }
-CudaResult cuda_verify(const CudaLogitsTreeRule& rule, const RowTypes<LogitsTreeBatch>& batch,
+CudaResult cuda_verify(const CudaTreeRule& rule, const RowTypes<LogitsTreeBatch>& batch,
                        const Randomness& randomness, const TreeOutput& out, const DeviceBounds& bounds,
                        const CudaCall& call) {
   return std::visit(

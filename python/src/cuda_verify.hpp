@@ -12,19 +12,13 @@
 
 namespace specverify::python {
 
-/// The rules cuda::verify takes over probability rows. Coupled is not among them: its Gumbel race
-/// runs over rows of logits on CUDA.
+/// Every rule of a chain, over rows of probabilities or logits.
 using CudaChainRule =
-    std::variant<Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Block, Traversal, SpecDecPP<Standard>,
-                 SpecDecPP<Greedy>, SpecDecPP<Ears>, SpecDecPP<Fsd>, SpecDecPP<ReducibleFsd>, SpecDecPP<Sprinter>>;
-/// The rules with a tree form among them.
-using CudaTreeRule = std::variant<Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Traversal>;
-/// Every rule, over rows of logits (Coupled's Gumbel race included).
-using CudaLogitsChainRule =
     std::variant<Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Coupled, Block, Traversal, SpecDecPP<Standard>,
                  SpecDecPP<Greedy>, SpecDecPP<Ears>, SpecDecPP<Fsd>, SpecDecPP<ReducibleFsd>, SpecDecPP<Sprinter>,
                  SpecDecPP<Coupled>>;
-using CudaLogitsTreeRule = std::variant<Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Coupled, Traversal>;
+/// Every rule with a tree form.
+using CudaTreeRule = std::variant<Standard, Greedy, Ears, Fsd, ReducibleFsd, Sprinter, Coupled, Traversal>;
 /// A C++ logits batch of each row type (on CUDA, float16 and bfloat16 are __half and
 /// __nv_bfloat16).
 template <template <class> class CppBatch>
@@ -121,10 +115,10 @@ CudaResult cuda_verify(const CudaTreeRule& rule, const TreeBatch<float>& batch, 
 /// Logits batches: every pointer on the device but target_params and draft_params, host arrays
 /// [B] that the call copies to the device on the stream (NumPy's SamplingParams have no CUDA form).
 /// With `num_draft_tokens`, padded chains as above.
-CudaResult cuda_verify(const CudaLogitsChainRule& rule, const RowTypes<LogitsChainBatch>& batch,
+CudaResult cuda_verify(const CudaChainRule& rule, const RowTypes<LogitsChainBatch>& batch,
                        const Randomness& randomness, const ChainOutput& out, const DeviceBounds& bounds,
                        const CudaCall& call, const std::int32_t* num_draft_tokens = nullptr);
-CudaResult cuda_verify(const CudaLogitsTreeRule& rule, const RowTypes<LogitsTreeBatch>& batch,
+CudaResult cuda_verify(const CudaTreeRule& rule, const RowTypes<LogitsTreeBatch>& batch,
                        const Randomness& randomness, const TreeOutput& out, const DeviceBounds& bounds,
                        const CudaCall& call);
 

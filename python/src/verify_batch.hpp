@@ -123,12 +123,6 @@ inline std::uintptr_t stream_of(const py::object& stream, py::handle tensor, int
   return chosen;
 }
 
-/// Whether `Rule` is one of the alternatives of `Variant` (no conversions between rules).
-template <class Variant, class Rule>
-struct is_alternative;
-template <class... Rules, class Rule>
-struct is_alternative<std::variant<Rules...>, Rule> : std::disjunction<std::is_same<Rules, Rule>...> {};
-
 /// The CUDA half of verify_batch (cuda_verify.hpp): the C++ views point at the arrays on the
 /// device (nothing is copied to the host; the sampling parameters are copied to the device), the
 /// bounds the CPU path checks on its copies are checked on the device, and `out` keeps the verify
@@ -137,7 +131,7 @@ struct is_alternative<std::variant<Rules...>, Rule> : std::disjunction<std::is_s
 template <class PyBatch, class PyOut>
 py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& out, const py::object& stream,
                           bool synchronize, const std::int32_t* num_draft_tokens = nullptr) {
-  using Variant = typename PyBatch::CudaRule;
+  using Variant = std::conditional_t<PyBatch::kShape == Shape::chain, CudaChainRule, CudaTreeRule>;
   constexpr bool kLogits = std::is_same_v<PyBatch, PyLogitsChainBatch> || std::is_same_v<PyBatch, PyLogitsTreeBatch>;
   if (!now.batch.shard.whole()) reject("a sharded batch takes verify(..., all_gather=fn) and CPU arrays");
   const CudaCall call{now.device.id, stream_of(stream, now.batch.target_rows().source, now.device.id), synchronize};
@@ -148,19 +142,12 @@ py::object verify_on_cuda(py::handle rule, Fresh<PyBatch, PyOut>& now, PyOut& ou
   if constexpr (kLogits) now.batch.fields.add_bounds(bounds);
   out.pending.reset();  // an earlier, unchecked verify into `out` is reported no more
   const CudaResult result = with_rule<PyBatch::kShape>(rule, now.batch.drafts(), [&](const auto& cpp_rule) -> CudaResult {
-    using Rule = std::decay_t<decltype(cpp_rule)>;
-    if constexpr (is_alternative<Variant, Rule>::value) {
-      py::gil_scoped_release release;
-      if constexpr (PyBatch::kShape == Shape::chain) {
-        return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, bounds, call, num_draft_tokens);
-      } else {
-        return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, bounds, call);
-      }
+    // Every rule of the shape is one of Variant's: a rule CUDA lacked would not compile here.
+    py::gil_scoped_release release;
+    if constexpr (PyBatch::kShape == Shape::chain) {
+      return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, bounds, call, num_draft_tokens);
     } else {
-      static_assert(!kLogits && (std::is_same_v<Rule, Coupled> || std::is_same_v<Rule, SpecDecPP<Coupled>>),
-                    "every other rule of this shape is one of CUDA's");
-      reject("Coupled on CUDA draws by a Gumbel race over logits: verify it with a LogitsChainBatch or "
-             "LogitsTreeBatch");
+      return cuda_verify(Variant{cpp_rule}, batch_view, random_view, out_view, bounds, call);
     }
   });
   out.pending = result.pending;

@@ -341,15 +341,36 @@ def test_a_late_check_after_another_verify_says_so():
 
 
 @needs_gpu
-def test_coupled_over_probability_rows_on_cuda_names_the_rows_it_needs():
+@pytest.mark.parametrize("tree", [False, True])
+def test_coupled_over_probability_rows_gives_the_cpus_outputs(tree):
+    # The Gumbel race over p as given: log p + Gumbel with the shared log, the host's bits.
     import torch
-    c = Chains([2], 32, np.random.default_rng(16))
-    batch = sv.ChainBatch(draft_offsets=torch.from_numpy(c.offsets).cuda(), draft_tokens=torch.from_numpy(c.tokens).cuda(),
-                          target_probs=torch.from_numpy(c.p).cuda())
-    out = sv.ChainOutput(**chain_outputs(c, torch, "cuda", logprobs=False))
-    positions = torch.zeros(1, dtype=torch.int64, device="cuda")
-    with pytest.raises(sv.InvalidInput, match="Coupled on CUDA draws by a Gumbel race over logits"):
-        sv.verify(sv.Coupled(), batch, sv.Randomness(1, positions=positions), out)
+    rng = np.random.default_rng(16)
+    if tree:
+        arrays, depth = random_trees(rng, 9, 500, sv.Drafted.sampled)
+        B = len(arrays["node_offsets"]) - 1
+
+        def run(place, positions):
+            out = dict(tokens=place(np.full((B, depth + 1), 777, np.int32)),
+                       num_accepted=place(np.full(B, 777, np.int32)),
+                       accepted_nodes=place(np.full((B, depth + 1), 777, np.int32)),
+                       logprobs=place(np.full((B, depth + 1), 777.0, np.float32)))
+            batch = sv.TreeBatch(**{k: (place(v) if isinstance(v, np.ndarray) else v) for k, v in arrays.items()})
+            return out, sv.verify(sv.Coupled(), batch, sv.Randomness(5, positions=positions), sv.TreeOutput(**out))
+    else:
+        c = Chains(rng.integers(0, 6, size=13), 1000, rng)
+        B = c.B
+
+        def run(place, positions):
+            out = {k: place(v) for k, v in chain_outputs(c, np).items()}
+            batch = sv.ChainBatch(draft_offsets=place(c.offsets), draft_tokens=place(c.tokens),
+                                  target_probs=place(c.p), draft_probs=place(c.q))
+            return out, sv.verify(sv.Coupled(), batch, sv.Randomness(5, positions=positions), sv.ChainOutput(**out))
+    positions = rng.integers(0, 100000, size=B).astype(np.int64)
+    cpu_out, cpu_stats = run(lambda a: a, positions)
+    gpu_out, gpu_stats = run(lambda a: torch.from_numpy(a).cuda(), torch.from_numpy(positions).cuda())
+    same(cpu_out, gpu_out)
+    assert gpu_stats == cpu_stats
 
 
 # --- On a GPU: batches of logits, every field, the CPU's outputs ---

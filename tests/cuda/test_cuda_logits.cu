@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -606,6 +607,40 @@ TEST(LogitsBadInput, LayoutFaultsComeFirstInTheCpuOrder) {
     c.tokens.back() = c.V + 1;
   });
   expect_same_error(small_case(), [](LogitsCase& c) { c.width = 1; });
+}
+
+/// Gumbel noise of word 4099 i, and the log of the float whose bits are 1 + 2039 i: every binade
+/// of positive finite floats, from the smallest subnormal to 3e38.
+__global__ void shared_log_kernel(std::int32_t n, double* gumbels, double* logs) {
+  for (std::int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    gumbels[i] = core::gumbel(4099u * static_cast<std::uint32_t>(i));
+    logs[i] = core::shared_log(double(__uint_as_float(1u + 2039u * static_cast<std::uint32_t>(i))));
+  }
+}
+
+// Coupled's keys (log p + Gumbel) on the device are the host's bit for bit: the shared log is one
+// sequence of IEEE operations (core/shared_log.hpp), where CUDA's log and libm's differ.
+TEST(SharedLog, TheDeviceGivesTheHostsBits) {
+  REQUIRE_DEVICE();
+  const std::int32_t n = 1 << 20;  // the words wrap around 2^32
+  const std::vector<double> zeros(static_cast<std::size_t>(n));
+  DeviceArray<double> gumbels(zeros), logs(zeros);
+  shared_log_kernel<<<256, 256>>>(n, gumbels.get(), logs.get());
+  cuda_ok(cudaGetLastError());
+  const std::vector<double> device_gumbels = gumbels.read(), device_logs = logs.read();
+  std::int32_t differ = 0, first = -1;
+  for (std::int32_t i = 0; i < n; ++i) {
+    float p;
+    const std::uint32_t bits = 1u + 2039u * static_cast<std::uint32_t>(i);
+    std::memcpy(&p, &bits, sizeof p);
+    const double g = core::gumbel(4099u * static_cast<std::uint32_t>(i)), l = core::shared_log(double(p));
+    if (std::memcmp(&g, &device_gumbels[std::size_t(i)], sizeof g) != 0 ||
+        std::memcmp(&l, &device_logs[std::size_t(i)], sizeof l) != 0) {
+      if (first < 0) first = i;
+      ++differ;
+    }
+  }
+  EXPECT_EQ(differ, 0) << "first at i = " << first;
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ struct DeviceTrees {
   DeviceArray<Prob> p, q;
   DeviceArray<float> logprobs, accept_u, sample_u;
   DeviceArray<std::uint64_t> seeds;
+  DeviceArray<std::int64_t> positions;
   DeviceArray<unsigned char> workspace_data;
   TreeBatch<Prob> batch;
   TreeOutput out;
@@ -74,6 +75,7 @@ struct DeviceTrees {
     d.sequence_seeds = upload(seeds, r.sequence_seeds, B);
     d.accept_uniforms = upload(accept_u, r.accept_uniforms, t.tokens.size());
     d.sample_uniforms = upload(sample_u, r.sample_uniforms, B);
+    d.positions = upload(positions, r.positions, B);
     return d;
   }
 
@@ -142,8 +144,11 @@ TEST_P(TreeCpuMatch, EveryRuleAndEveryDraftedGivesTheCpuTokens) {
     std::vector<float> scores(t.tokens.size());
     for (auto& v : scores) v = unit(rng);
     DeviceArray<float> d_scores(scores);
+    std::vector<std::int64_t> positions(std::size_t(t.size()));
+    for (auto& position : positions) position = std::int64_t(rng() % 100000);
     for (std::uint64_t step = 0; step < 3; ++step) {
       Randomness r{4321, step};
+      r.positions = positions.data();  // Coupled keys its samples by them; the other rules ignore them
       if (step == 1) r.sequence_seeds = seeds.data();
       if (step == 2) {
         r.accept_uniforms = accept.data();
@@ -164,6 +169,7 @@ TEST_P(TreeCpuMatch, EveryRuleAndEveryDraftedGivesTheCpuTokens) {
       }
       expect_same<float>(Sprinter{0.6f, scores.data()}, Sprinter{0.6f, d_scores.get()}, t, t, r);
       if (how == Drafted::sampled) expect_same(Traversal{}, t, r);  // i.i.d. children only
+      expect_same(Coupled{}, t, r);  // the Gumbel race over p, with the shared log
     }
   }
 }
@@ -186,11 +192,14 @@ TEST(TreeSplitRows, EverySplitGivesTheCpuTokens) {
     for (const std::int32_t blocks : {1, 2, 4, 8}) {
       SCOPED_TRACE(blocks);
       const cuda::Launch launch{blocks};
-      const Randomness r{2026, std::uint64_t(blocks)};
+      const std::vector<std::int64_t> positions(6, 900);
+      Randomness r{2026, std::uint64_t(blocks)};
+      r.positions = positions.data();
       expect_same(Standard{}, Standard{}, t, t, r, launch);
       expect_same(Probe{Divergence::js}, Probe{Divergence::js}, t, t, r, launch);
       expect_same(Ears{0.3f}, Ears{0.3f}, t, t, r, launch);
       if (how == Drafted::sampled) expect_same(Traversal{}, Traversal{}, t, t, r, launch);
+      expect_same(Coupled{}, Coupled{}, t, t, r, launch);
     }
   }
 }

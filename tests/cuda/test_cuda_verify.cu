@@ -42,6 +42,7 @@ struct DeviceChains {
   DeviceArray<Prob> p, q;
   DeviceArray<float> logprobs;
   DeviceArray<std::uint64_t> seeds;
+  DeviceArray<std::int64_t> positions;
   DeviceArray<float> accept_u, sample_u;
   DeviceArray<unsigned char> workspace_data;
   ChainBatch<Prob> batch;
@@ -76,6 +77,7 @@ struct DeviceChains {
     d.sequence_seeds = upload(seeds, r.sequence_seeds, B);
     d.accept_uniforms = upload(accept_u, r.accept_uniforms, c.tokens.size());
     d.sample_uniforms = upload(sample_u, r.sample_uniforms, B);
+    d.positions = upload(positions, r.positions, B);
     return d;
   }
 };
@@ -157,9 +159,12 @@ TEST_P(CpuMatch, EveryRuleGivesTheCpuTokens) {
   Chains c = random_chains(s.B, s.V, s.max_k, s.one_hot, rng);
   std::vector<std::uint64_t> seeds(std::size_t(c.size()));
   for (auto& seed : seeds) seed = rng();
+  std::vector<std::int64_t> positions(std::size_t(c.size()));
+  for (auto& position : positions) position = std::int64_t(rng() % 100000);
   for (std::uint64_t step = 0; step < 3; ++step) {
     Randomness r{1234, step};
     if (step == 2) r.sequence_seeds = seeds.data();
+    r.positions = positions.data();  // Coupled keys its samples by them; the other rules ignore them
     expect_same(Standard{}, c, r);
     expect_same(Greedy{}, c, r);
     for (const Divergence d : {Divergence::kl_target_draft, Divergence::kl_draft_target,
@@ -182,6 +187,8 @@ TEST_P(CpuMatch, EveryRuleGivesTheCpuTokens) {
     expect_same<float>(SpecDecPP<Ears>{0.5f, scores.data(), Ears{0.2f}},
                        SpecDecPP<Ears>{0.5f, d_scores.get(), Ears{0.2f}}, c, c, r);
     expect_same(Block{}, c, r);  // the joint walk: residual masses and draws of scaled residuals
+    expect_same(Coupled{}, c, r);  // the Gumbel race over p, with the shared log
+    expect_same<float>(SpecDecPP<Coupled>{0.5f, scores.data()}, SpecDecPP<Coupled>{0.5f, d_scores.get()}, c, c, r);
   }
 }
 
@@ -245,8 +252,10 @@ TEST(SplitRows, EveryRuleGivesOneBlocksBitsOnAnySplit) {
   std::mt19937_64 rng(31);
   for (const bool one_hot : {false, true}) {
     const Chains c = random_chains(6, 70000, 5, one_hot, rng);
+    const std::vector<std::int64_t> positions(6, 7000);
     for (std::uint64_t step = 0; step < 2; ++step) {
-      const Randomness r{4242, step};
+      Randomness r{4242, step};
+      r.positions = positions.data();
       const auto expect_split_invariant = [&](const auto& rule, const char* name) {
         const RunBits one = run_on_device(rule, c, r, 1);
         for (const std::int32_t blocks : {0, 2, 4, 8}) {
@@ -263,6 +272,7 @@ TEST(SplitRows, EveryRuleGivesOneBlocksBitsOnAnySplit) {
       expect_split_invariant(Fsd{Divergence::js, 0.3f}, "Fsd");
       expect_split_invariant(ReducibleFsd{Divergence::tv, 0.1f}, "ReducibleFsd");
       expect_split_invariant(Block{}, "Block");
+      expect_split_invariant(Coupled{}, "Coupled");
     }
   }
 }
@@ -728,6 +738,7 @@ TEST(PaddedChains, EveryKindOfRuleGivesTheCpusOutputsInPlace) {
     expect_padded_like_cpu<false>(Ears{0.3f}, 13, blocks);
     expect_padded_like_cpu<false>(Block{}, 14, blocks);
     expect_padded_like_cpu<false>(Traversal{}, 15, blocks);
+    expect_padded_like_cpu<false>(Coupled{}, 16, blocks);
   }
 }
 

@@ -48,6 +48,17 @@ SPECVERIFY_HD inline std::int64_t double_bits(double x) {
 #endif
 }
 
+/// The double whose bits are `bits`.
+SPECVERIFY_HD inline double bits_double(std::int64_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(bits);
+#else
+  double x;
+  __builtin_memcpy(&x, &bits, sizeof x);
+  return x;
+#endif
+}
+
 /// round(s) as an integer for |s| < 2^51: s + 1.5 * 2^52 holds it in its low mantissa bits, so it
 /// is a subtraction of bit patterns (cpu/fixed_lanes.hpp does the same lane by lane), no
 /// conversion instruction.

@@ -36,6 +36,7 @@
 #include "specverify/config.hpp"
 #include "specverify/core/fused.hpp"
 #include "specverify/core/penalties.hpp"
+#include "specverify/core/shared_log.hpp"
 #include "specverify/philox.hpp"
 #include "specverify/sampling.hpp"
 
@@ -311,10 +312,11 @@ SPECVERIFY_HD inline void gumbel_words(std::uint64_t seed, std::int64_t position
 }
 
 /// Gumbel(0, 1) from a 32-bit word: u = (word + 1/2) 2^-32 lies in (0, 1), G = -log(-log u), in
-/// double. G lies in [-3.1, kGumbelMax].
+/// double with the shared log (the same bits on every backend and C library). G lies in
+/// [-3.1, kGumbelMax].
 SPECVERIFY_HD inline double gumbel(std::uint32_t word) {
   const double u = (static_cast<double>(word) + 0.5) * 0x1p-32;
-  return -std::log(-std::log(u));
+  return -shared_log(-shared_log(u));
 }
 /// At least -log(-log(1 - 2^-33)) = 22.874: a token more than this below the best key cannot win.
 inline constexpr double kGumbelMax = 22.875;

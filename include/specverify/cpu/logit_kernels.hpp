@@ -1127,7 +1127,7 @@ inline GumbelBest gumbel_best(const float* p, std::int32_t n, std::int32_t first
       core::gumbel_words(seed, position, block, words);
       cached = block;
     }
-    const double k = std::log(double(v)) + core::gumbel(words[token & 3]);
+    const double k = core::shared_log(double(v)) + core::gumbel(words[token & 3]);
     if (k > best.key) {
       best.key = k;
       best.token = static_cast<std::int32_t>(token);

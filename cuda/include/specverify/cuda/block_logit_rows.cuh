@@ -56,13 +56,6 @@ __device__ inline float key_value(unsigned key) {
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
-/// The larger Gumbel key; the lower index among equal keys.
-struct BestKeyOp {
-  __device__ cub::KeyValuePair<int, double> operator()(const cub::KeyValuePair<int, double>& a,
-                                                       const cub::KeyValuePair<int, double>& b) const {
-    return (b.value > a.value || (b.value == a.value && b.key < a.key)) ? b : a;
-  }
-};
 struct MinBitsOp {
   __device__ unsigned operator()(unsigned a, unsigned b) const { return b < a ? b : a; }
 };
@@ -176,7 +169,7 @@ class BlockLogitRows {
       finite += e.g > -core::kInf;
     });
     __syncthreads();  // the temporaries may still be read from the previous operation
-    t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
+    t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp<float>{});
     if (threadIdx.x == 0) {
       s_.slot.top_key = t.key;
       s_.slot.top_value = t.value;
@@ -300,7 +293,7 @@ class BlockLogitRows {
       }
     }
     __syncthreads();
-    best = cub::BlockReduce<Best, kThreads>(s_.cub.best).Reduce(best, logit_detail::BestKeyOp{});
+    best = cub::BlockReduce<Best, kThreads>(s_.cub.best).Reduce(best, detail::TopOp<double>{});
     if (threadIdx.x == 0) s_.slot.index = best.key;
     __syncthreads();
     return {s_.slot.index, true};

@@ -9,9 +9,12 @@
 
 #include <cub/block/block_reduce.cuh>
 
+#include <cfloat>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 
+#include "specverify/core/logit_rows.hpp"
 #include "specverify/core/residual.hpp"
 #include "specverify/core/row_math.hpp"
 #include "specverify/core/walk_steps.hpp"
@@ -42,10 +45,12 @@ __device__ inline float read_row(const Prob* row, std::int32_t i) {
 
 namespace detail {
 
-/// Larger value first; the lower index among equal values (argmax ties go to the lowest token).
+/// Larger value first; the lower index among equal values (argmax and Gumbel-race ties go to the
+/// lowest token).
+template <class Value>
 struct TopOp {
-  __device__ cub::KeyValuePair<int, float> operator()(const cub::KeyValuePair<int, float>& a,
-                                                      const cub::KeyValuePair<int, float>& b) const {
+  __device__ cub::KeyValuePair<int, Value> operator()(const cub::KeyValuePair<int, Value>& a,
+                                                      const cub::KeyValuePair<int, Value>& b) const {
     return (b.value > a.value || (b.value == a.value && b.key < a.key)) ? b : a;
   }
 };
@@ -77,14 +82,18 @@ template <class Prob, int kThreads>
 class BlockRows {
   static_assert(kThreads % 32 == 0 && kThreads >= 64, "a whole number of warps, at least two");
   using Top = cub::KeyValuePair<int, float>;
+  using Key = cub::KeyValuePair<int, double>;
   static constexpr int kBatch = 8;  // elements a thread reads before it uses them
 
-  /// A block's share of max p: the value, its lowest index, whether a bad value was read.
-  struct Best {
-    float value;
+  /// A block's share of a largest value (max p, or a Gumbel race's key): the value, its lowest
+  /// index (-1: none), whether a bad value was read.
+  template <class Value>
+  struct Lead {
+    Value value;
     int key;
     int bad;
   };
+  using Best = Lead<float>;
   /// A block's share of a statistic: the FixedSum of its terms (words), the largest magnitude of
   /// a term, whether a bad value was read.
   struct Terms {
@@ -102,6 +111,7 @@ class BlockRows {
   struct Shared {
     union {
       typename cub::BlockReduce<Top, kThreads>::TempStorage top;
+      typename cub::BlockReduce<Key, kThreads>::TempStorage key;
       typename cub::BlockReduce<double, kThreads>::TempStorage largest;
       typename cub::BlockReduce<int, kThreads>::TempStorage min;
       typename BlockFixedSum<kThreads>::TempStorage fixed;
@@ -109,11 +119,13 @@ class BlockRows {
     typename BlockDraw<kThreads>::TempStorage draw;
     struct {
       double largest;
+      double key_value;
       float top_value;
-      int top_key;
+      int key;
       int index;
     } slot;
     Best bests[2];
+    Lead<double> races[2];
     Terms terms[2];
     int mins[2];
   };
@@ -166,6 +178,33 @@ class BlockRows {
   /// A draw from p. -1: no mass.
   __device__ Checked<std::int32_t> draw_target(const Prob* p, float u) {
     return draw(RowWeights{p, nullptr, -1}, u);
+  }
+
+  /// Coupled sampling over p as given (the CPU's cpu::gumbel_argmax): argmax over p > 0 of
+  /// log p(v) + Gumbel(seed, position, v) with the shared log, lowest token on ties; -1 without
+  /// mass. Each thread takes blocks of four tokens (one Philox call each).
+  __device__ Checked<std::int32_t> gumbel_argmax(const Prob* p, std::uint64_t seed, std::int64_t position) {
+    Key best(-1, -HUGE_VAL);
+    bool bad = false;
+    for (std::int32_t first = 4 * first_index(); first < n; first += 4 * stride()) {
+      float v[4];
+      bool any = false;
+      for (int l = 0; l < 4; ++l) {
+        v[l] = first + l < n ? read_row(p, first + l) : 0.0f;
+        bad |= !core::valid_probability_value(v[l]);
+        any |= v[l] > 0.0f && v[l] <= FLT_MAX;
+      }
+      if (!any) continue;
+      std::uint32_t words[4];
+      core::gumbel_words(seed, position, static_cast<std::uint32_t>(first) >> 2, words);
+      for (int l = 0; l < 4; ++l) {
+        if (!(v[l] > 0.0f && v[l] <= FLT_MAX)) continue;
+        const double k = core::shared_log(double(v[l])) + core::gumbel(words[l]);
+        if (k > best.value) best = Key(first + l, k);  // tokens rise: the first of equal keys stays
+      }
+    }
+    const Lead<double> all = lead(best, bad, s_.cub.key, s_.slot.key_value, s_.races);
+    return {all.bad ? -1 : all.key, !all.bad};
   }
 
   /// Room for the siblings a node's residual absorbs: a fixed 64 per thread (every thread walks
@@ -231,17 +270,26 @@ class BlockRows {
         if (v[b] > t.value) t = Top(i, v[b]);
       }
     }
-    __syncthreads();
-    t = cub::BlockReduce<Top, kThreads>(s_.cub.top).Reduce(t, detail::TopOp{});
+    return lead(t, bad, s_.cub.top, s_.slot.top_value, s_.bests);
+  }
+
+  /// The row's largest of every thread's (index, value), the lowest index among equal values, and
+  /// whether any thread read a bad value: over the block (CUB's reduce in `temp`, the answer
+  /// broadcast through `value_slot` and the slot's key), then over the row's blocks (`slots`).
+  template <class Value, class Temp>
+  __device__ Lead<Value> lead(cub::KeyValuePair<int, Value> mine, bool bad, Temp& temp, Value& value_slot,
+                              Lead<Value> (&slots)[2]) {
+    __syncthreads();  // the temporaries and the slot may still be read from the previous operation
+    mine = cub::BlockReduce<cub::KeyValuePair<int, Value>, kThreads>(temp).Reduce(mine, detail::TopOp<Value>{});
     if (threadIdx.x == 0) {
-      s_.slot.top_key = t.key;
-      s_.slot.top_value = t.value;
+      s_.slot.key = mine.key;
+      value_slot = mine.value;
     }
     const int block_bad = __syncthreads_or(bad);  // publishes the slot
-    const Best mine{s_.slot.top_value, s_.slot.top_key, block_bad};
-    return split_.merge(s_.bests, turn_, mine, [](const Best& a, const Best& b) {
+    const Lead<Value> block{value_slot, s_.slot.key, block_bad};
+    return split_.merge(slots, turn_, block, [](const Lead<Value>& a, const Lead<Value>& b) {
       const bool second = b.value > a.value || (b.value == a.value && b.key < a.key);
-      return Best{second ? b.value : a.value, second ? b.key : a.key, a.bad | b.bad};
+      return Lead<Value>{second ? b.value : a.value, second ? b.key : a.key, a.bad | b.bad};
     });
   }
 
