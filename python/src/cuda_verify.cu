@@ -311,10 +311,7 @@ bool cuda_built() { return true; }
 CudaResult cuda_verify(const CudaChainRule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                        const ChainOutput& out, const DeviceBounds& bounds, const CudaCall& call,
                        const std::int32_t* num_draft_tokens) {
-  if (num_draft_tokens) {
-    return cuda_detail::run(rule, core::PaddedChainBatch<float>{batch, num_draft_tokens}, randomness, out, bounds,
-                            call);
-  }
+  if (num_draft_tokens) return cuda_detail::run(rule, core::padded(batch, num_draft_tokens), randomness, out, bounds, call);
   return cuda_detail::run(rule, batch, randomness, out, bounds, call);
 }
 CudaResult cuda_verify(const CudaTreeRule& rule, const TreeBatch<float>& batch, const Randomness& randomness,
@@ -327,10 +324,7 @@ CudaResult cuda_verify(const CudaChainRule& rule, const RowTypes<LogitsChainBatc
   return std::visit(
       [&](const auto& b) {
         const auto rows = cuda_detail::device_rows(b);
-        if (num_draft_tokens) {
-          using Padded = core::PaddedLogitsChainBatch<std::remove_cv_t<std::remove_pointer_t<decltype(rows.target_logits)>>>;
-          return cuda_detail::run(rule, Padded{rows, num_draft_tokens}, randomness, out, bounds, call);
-        }
+        if (num_draft_tokens) return cuda_detail::run(rule, core::padded(rows, num_draft_tokens), randomness, out, bounds, call);
         return cuda_detail::run(rule, rows, randomness, out, bounds, call);
       },
       batch);

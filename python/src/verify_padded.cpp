@@ -49,15 +49,12 @@ VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_
     py::gil_scoped_release release;
     return with_view(batch_view, [&](const auto& rows) {
       const CpuOptions options{threads};
+      const auto padded = core::padded(rows, counts_copy.data());
+      const auto layout = core::PaddedChainLayout::of(padded);
       if constexpr (std::is_same<PyBatch, PyChainBatch>::value) {
-        const core::PaddedChainBatch<float> padded{rows, counts_copy.data()};
-        return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, padded, core::PaddedChainLayout::of(padded),
-                                                            random_view, out_view, options);
+        return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, padded, layout, random_view, out_view, options);
       } else {
-        using Logit = std::remove_cv_t<std::remove_pointer_t<decltype(rows.target_logits)>>;
-        const core::PaddedLogitsChainBatch<Logit> padded{rows, counts_copy.data()};
-        return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, padded, core::PaddedChainLayout::of(padded),
-                                                             random_view, out_view, options);
+        return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, padded, layout, random_view, out_view, options);
       }
     });
   });

@@ -410,7 +410,7 @@ bool call(const Rule& rule, Case& c, const Logit* t, const Logit* d, const Logit
     const ChainOutput out{c.out.data(), c.width, c.accepted.data(), c.logprobs.data()};
     if (!c.tree && !c.padded) verify(rule, c.chain(t, d, u), c.randomness, out);
     if (c.padded) {
-      const core::PaddedLogitsChainBatch<Logit> padded{c.chain(t, d, u), c.walked.data()};
+      const auto padded = core::padded(c.chain(t, d, u), c.walked.data());
       cpu::detail::verify_logits<core::ChainLayout>(rule, padded, core::PaddedChainLayout::of(padded), c.randomness,
                                                     out, CpuOptions{});
     }

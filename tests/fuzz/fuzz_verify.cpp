@@ -314,7 +314,7 @@ void run(const Rule& rule, Case& c, bool params_ok, bool is_standard) {
   const std::int32_t B = batch.batch_size;
   const auto call = [&] {
     if (!c.padded) return verify(rule, batch, c.randomness, c.out);
-    const core::PaddedChainBatch<float> padded{batch, c.counts.data()};
+    const auto padded = core::padded(batch, c.counts.data());
     return cpu::detail::verify_probs<core::ChainLayout>(rule, padded, core::PaddedChainLayout::of(padded),
                                                         c.randomness, c.out, CpuOptions{});
   };

@@ -31,6 +31,18 @@ struct PaddedLogitsChainBatch : LogitsChainBatch<Logit> {
   const std::int32_t* num_draft_tokens{};  // [B], each in [0, offsets[b + 1] - offsets[b]]
 };
 
+/// `batch` with its counts, as the padded batch of its kind: PaddedChainBatch of a ChainBatch,
+/// PaddedLogitsChainBatch of a LogitsChainBatch (the row type deduced).
+template <class Prob>
+SPECVERIFY_HD PaddedChainBatch<Prob> padded(const ChainBatch<Prob>& batch, const std::int32_t* num_draft_tokens) {
+  return {batch, num_draft_tokens};
+}
+template <class Logit>
+SPECVERIFY_HD PaddedLogitsChainBatch<Logit> padded(const LogitsChainBatch<Logit>& batch,
+                                                   const std::int32_t* num_draft_tokens) {
+  return {batch, num_draft_tokens};
+}
+
 /// The chain layout cut to each sequence's count; rows and per-draft entries keep their slots.
 struct PaddedChainLayout : ChainLayout {
   const std::int32_t* counts{};
