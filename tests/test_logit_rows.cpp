@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -128,9 +127,7 @@ TEST(SharedLog, WithinItsUlpBoundOverADenseSweep) {
   // Normal doubles of every exponent, and 1 +- small.
   std::mt19937_64 rng(17);
   for (int i = 0; i < 1000000; ++i) {
-    const std::uint64_t bits = (rng() >> 12) | ((1 + rng() % 2046) << 52);
-    double x;
-    std::memcpy(&x, &bits, sizeof x);
+    const double x = core::bits_double(static_cast<std::int64_t>((rng() >> 12) | ((1 + rng() % 2046) << 52)));
     worst = std::max({worst, log_ulp_error(x), log_ulp_error(1.0 + (i - 500000) * 0x1p-40)});
   }
   EXPECT_LE(worst, core::kLogMaxUlp);
@@ -146,11 +143,7 @@ TEST(SharedLog, WithinItsUlpBoundOverADenseSweep) {
 // Coupled's tokens: it must show here.
 TEST(SharedLog, KnownAnswer) {
   std::uint64_t hash = 14695981039346656037ull;  // FNV-1a over the results' bits
-  const auto add = [&](double v) {
-    std::uint64_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    hash = (hash ^ bits) * 1099511628211ull;
-  };
+  const auto add = [&](double v) { hash = (hash ^ static_cast<std::uint64_t>(core::double_bits(v))) * 1099511628211ull; };
   for (std::uint64_t w = 0; w < (std::uint64_t{1} << 32); w += 4099) {
     add(core::gumbel(static_cast<std::uint32_t>(w)));
     add(core::shared_log(double(core::bits_float(static_cast<std::uint32_t>(w >> 1) % core::float_bits(kInf) + 1))));
