@@ -7,13 +7,20 @@
 // (one residual draw over the same pair of rows). One thread throughout, but for TreeVerifyOne:
 // one tree at a time (B = 1) on 1 and 2 threads (its rows' passes split over the row team), and
 // LogitsTreeVerifyOne, the same over logits rows (T = 0.8, four rejected children of the root).
+// WideDeterministicNode: one root with 1k, 4k or 16k deterministic children (top-k, lookup),
+// every one rejected, V = 32768, one thread, over probability and logits rows: each child costs
+// a pass over p (its `per_child` time), whatever the number of siblings before it; against
+// WideNodeReadPass, one read of the root's row per child.
 //
 //   build/release/bench/bench_trees --benchmark_counters_tabular=true
 //   build/release/bench/bench_trees --benchmark_filter='TreeVerifyOne' --benchmark_repetitions=5
+//   build/release/bench/bench_trees --benchmark_filter='WideDeterministicNode' --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -30,10 +37,12 @@ constexpr std::int32_t kB = 64, kV = 128256, kChainK = 5;
 /// Zero-filled rows nobody reads stay unmapped: calloc'd pages are only backed once touched.
 struct Rows {
   std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
-  explicit Rows(std::size_t rows) : data(static_cast<float*>(std::calloc(rows * kV, sizeof(float))), &std::free) {
+  std::int32_t width;
+  explicit Rows(std::size_t rows, std::int32_t V = kV)
+      : data(static_cast<float*>(std::calloc(rows * std::size_t(V), sizeof(float))), &std::free), width(V) {
     if (!data) throw std::bad_alloc();
   }
-  float* row(std::int64_t r) const { return data.get() + r * kV; }
+  float* row(std::int64_t r) const { return data.get() + r * width; }
 };
 
 
@@ -196,6 +205,81 @@ void LogitsTreeVerifyOne(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * kV * std::int64_t(sizeof(float)));
 }
 
+/// A root with `width` deterministic children, tokens 0 .. width - 1, to which p gives nothing:
+/// every one is rejected, and the extra token is drawn from what is left. Only the root's rows
+/// (p, and its logits: log p, -inf where p is 0) are written; the children's rows stay unread.
+struct WideNode {
+  static constexpr std::int32_t kWideV = 32768;
+  std::int32_t width;
+  std::vector<std::int32_t> offsets, parents, tokens, out = std::vector<std::int32_t>(2),
+                                               accepted = std::vector<std::int32_t>(1);
+  Rows p, logit_rows;
+  SamplingParams params{1.0f, 0, 1.0f, 0.0f};
+  TreeBatch<float> batch;
+  LogitsTreeBatch<float> logits;
+
+  explicit WideNode(std::int32_t n)
+      : width(n), offsets{0, n}, parents(std::size_t(n), -1), tokens(std::size_t(n)), p(std::size_t(n + 1), kWideV),
+        logit_rows(std::size_t(n + 1), kWideV) {
+    std::iota(tokens.begin(), tokens.end(), 0);
+    std::mt19937_64 rng(5);
+    auto root = testing::softmax(testing::random_logits(kWideV, rng));
+    for (std::int32_t x : tokens) root[std::size_t(x)] = 0.0f;
+    for (std::int32_t v = 0; v < kWideV; ++v) {
+      p.row(0)[v] = root[std::size_t(v)];
+      logit_rows.row(0)[v] = root[std::size_t(v)] > 0.0f ? std::log(root[std::size_t(v)]) : -INFINITY;
+    }
+    batch.batch_size = logits.batch_size = 1;
+    batch.vocab_size = logits.vocab_size = kWideV;
+    batch.node_offsets = logits.node_offsets = offsets.data();
+    batch.parents = logits.parents = parents.data();
+    batch.draft_tokens = logits.draft_tokens = tokens.data();
+    batch.drafted = logits.drafted = Drafted::deterministic;
+    batch.target_probs = p.row(0);
+    logits.target_logits = logit_rows.row(0);
+    logits.target_params = &params;
+  }
+};
+
+WideNode& wide_node(std::int32_t width) {
+  static std::unique_ptr<WideNode> node;
+  if (!node || node->width != width) node = std::make_unique<WideNode>(width);
+  return *node;
+}
+
+/// A node's passes as bytes: one read of the root's row per child.
+void set_wide_bytes(benchmark::State& state, std::int32_t width) {
+  state.SetBytesProcessed(state.iterations() * std::int64_t{width} * WideNode::kWideV * std::int64_t(sizeof(float)));
+  state.counters["per_child"] = benchmark::Counter(double(width), benchmark::Counter::kIsIterationInvariantRate |
+                                                                      benchmark::Counter::kInvert);
+}
+
+/// The yardstick of WideDeterministicNode: a read pass over the root's row for every child.
+void WideNodeReadPass(benchmark::State& state) {
+  WideNode& node = wide_node(static_cast<std::int32_t>(state.range(0)));
+  for (auto _ : state) {
+    float sum = 0;
+    for (std::int32_t c = 0; c < node.width; ++c) sum += read_pass(node.p.row(0), WideNode::kWideV);
+    benchmark::DoNotOptimize(sum);
+  }
+  set_wide_bytes(state, node.width);
+}
+
+void WideDeterministicNode(benchmark::State& state) {
+  const auto width = static_cast<std::int32_t>(state.range(0));
+  const bool from_logits = state.range(1) != 0;
+  WideNode* const node = &wide_node(width);
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    const TreeOutput out{node->out.data(), 2, node->accepted.data()};
+    const Randomness randomness{1, step++};
+    const VerifyStats stats = from_logits ? verify(Standard{}, node->logits, randomness, out, CpuOptions{1})
+                                          : verify(Standard{}, node->batch, randomness, out, CpuOptions{1});
+    if (stats.accepted != 0) state.SkipWithError("a child was accepted: not the all-rejected path");
+  }
+  set_wide_bytes(state, width);
+}
+
 /// The CPU rows with the scalar residual passes: the walk as it ran before the vector kernel.
 struct ScalarResidualRows : cpu::Rows<> {
   cpu::Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
@@ -277,6 +361,12 @@ BENCHMARK(TreeVerifyOne)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(LogitsTreeVerifyOne)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(WideNodeReadPass)->ArgName("children")->Arg(1000)->Arg(4000)->Arg(16000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(WideDeterministicNode)
+    ->ArgNames({"children", "logits"})
+    ->ArgsProduct({{1000, 4000, 16000}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace specverify::bench

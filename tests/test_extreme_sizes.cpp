@@ -1,6 +1,7 @@
 // Extreme shapes: B = 0, V = 1, V = 1,000,000 with row strides, k_b = 0 next to chains of K = 64,
-// B = 10,000; an all-zero target row; rows that are not normalised; and verify()'s own memory,
-// which must grow with B (the output), never with V or the rows.
+// B = 10,000; rows of logits at the largest vocabulary they allow and one past it; an all-zero
+// target row; rows that are not normalised; and verify()'s own memory, which must grow with B
+// (the output), never with V or the rows.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "heap_counter.hpp"
@@ -413,6 +415,76 @@ TEST(ExtremeSizes, LogitsScratchIsTwoRowsPerThread) {
   LogitsMemoryCase rs(B, small, true), rl(B, large, true);
   const std::int64_t r = verify_heap_bytes(rs, 1);
   EXPECT_EQ(verify_heap_bytes(rl, 1), r + 2 * (large - small) * kRow + (large - small) * std::int64_t(sizeof(std::int32_t)));
+}
+
+/// One chain of one one-hot draft (the last token) over flat rows of logits: p is uniform, 1 / V.
+struct FlatLogits {
+  std::int32_t V;
+  std::vector<float> logits;
+  std::int32_t offsets[2] = {0, 1}, draft = 0;
+  SamplingParams params;
+  std::vector<std::int32_t> tokens{12345, 12345};
+  std::vector<float> logprobs{12345.0f, 12345.0f};
+  std::int32_t accepted = 12345;
+
+  explicit FlatLogits(std::int32_t vocab, std::int32_t rows = 2)
+      : V(vocab), logits(static_cast<std::size_t>(rows) * static_cast<std::size_t>(vocab), 0.0f), draft(vocab - 1) {}
+
+  LogitsChainBatch<float> batch() const {
+    LogitsChainBatch<float> b;
+    b.batch_size = 1;
+    b.vocab_size = V;
+    b.draft_offsets = offsets;
+    b.draft_tokens = &draft;
+    b.target_logits = logits.data();
+    b.target_params = &params;
+    return b;
+  }
+  ChainOutput output() { return {tokens.data(), 2, &accepted, logprobs.data()}; }
+};
+
+TEST(ExtremeSizes, LogitsAtTheLargestVocabularyAreExact) {
+  // Every weight of a flat row is exactly 1, so its normaliser is V itself, 2^22: the largest sum
+  // the rows of logits allow (core::kMaxLogitsVocab). p(x) = 2^-22 rejects the one-hot draft at
+  // these seeds (u < 2^-22 at none of them), and the extra token's log p is -22 ln 2.
+  ASSERT_EQ(core::kMaxLogitsVocab, 1 << 22);
+  FlatLogits f(core::kMaxLogitsVocab);
+  const float log_p = static_cast<float>(-22.0 * std::log(2.0));
+  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+    const VerifyStats s = verify(Standard{}, f.batch(), {seed, 0}, f.output());
+    EXPECT_EQ(s.accepted, 0) << seed;
+    EXPECT_EQ(f.accepted, 0) << seed;
+    EXPECT_GE(f.tokens[0], 0) << seed;
+    EXPECT_LT(f.tokens[0], f.draft) << seed;  // the residual has no mass at the rejected draft
+    EXPECT_NEAR(f.logprobs[0], log_p, 1e-6 * std::fabs(log_p)) << seed;
+  }
+  const std::int32_t sampled = sample(f.logits.data(), f.V, SamplingParams{}, 7, 3);
+  EXPECT_GE(sampled, 0);
+  EXPECT_LT(sampled, f.V);
+}
+
+TEST(ExtremeSizes, LogitsPastTheLargestVocabularyAreRefused) {
+  // Past 2^22 a flat row's normaliser would leave FixedSum's domain (and at 2^23 its word): the
+  // batch is refused by its size, before a row is read, and no output changes.
+  const std::int32_t V = core::kMaxLogitsVocab + 1;
+  FlatLogits f(1);  // rows of one logit: the refusal reads none past them
+  f.V = V;
+  f.draft = V - 1;
+  const std::string expected = "vocab_size = 4194305 exceeds 4194304";
+  try {
+    verify(Standard{}, f.batch(), {1, 0}, f.output());
+    ADD_FAILURE() << "V = 2^22 + 1 was accepted";
+  } catch (const invalid_input& e) {
+    EXPECT_THAT(e.what(), HasSubstr(expected));
+  }
+  EXPECT_EQ(f.tokens, (std::vector<std::int32_t>{12345, 12345}));
+  EXPECT_EQ(f.accepted, 12345);
+  try {
+    sample(f.logits.data(), V, SamplingParams{}, 7, 3);
+    ADD_FAILURE() << "sample() took V = 2^22 + 1";
+  } catch (const invalid_input& e) {
+    EXPECT_THAT(e.what(), HasSubstr("sample: " + expected));
+  }
 }
 
 }  // namespace

@@ -879,6 +879,22 @@ TEST(PenaltiesBadInput, SampleNamesTheEntry) {
   } catch (const invalid_input& e) {
     EXPECT_EQ(std::string(e.what()), "sample: repetition_penalty is 0.000000");
   }
+  params.repetition_penalty = 1.0f;
+  // The list sizes by their own names: sample takes no offsets.
+  try {
+    sample(logits.data(), 8, params, 1, 0, tokens, counts, -1);
+    ADD_FAILURE() << "accepted";
+  } catch (const invalid_input& e) {
+    EXPECT_EQ(std::string(e.what()), "sample: history_size is -1 (must be >= 0)");
+  }
+  const std::int32_t bias_tokens[] = {3};
+  const float bias_values[] = {1.0f};
+  try {
+    sample(logits.data(), 8, params, 1, 0, nullptr, nullptr, 0, bias_tokens, bias_values, -2);
+    ADD_FAILURE() << "accepted";
+  } catch (const invalid_input& e) {
+    EXPECT_EQ(std::string(e.what()), "sample: bias_size is -2 (must be >= 0)");
+  }
 }
 
 }  // namespace

@@ -180,26 +180,35 @@ TEST(Sharded, EveryRankNamesABadDraftValueInTheDraw) {
   for (const Outcome& o : sharded(sv::Standard{}, c, r, false, {0, 10, 30, 30, 64}, false, group)) EXPECT_EQ(o.error, whole.error);
 }
 
+/// Every rank's error (empty: none) when each rank k runs `call(k, batch, randomness, out, comm)`
+/// over its slice of `bounds`; `call` may edit its arguments first.
+template <class Call>
+std::vector<std::string> rank_errors(const Chains& c, const std::vector<std::int32_t>& bounds, Call call) {
+  const std::int32_t ranks = static_cast<std::int32_t>(bounds.size()) - 1;
+  sv::ThreadGroup group(ranks);
+  std::vector<std::string> out(static_cast<std::size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (std::int32_t k = 0; k < ranks; ++k) {
+    threads.emplace_back([&, k] {
+      sv::ChainBatch<float> batch{c.B, c.V, c.offsets.data(), c.tokens.data(), c.p.data() + bounds[k], c.q.data() + bounds[k]};
+      batch.target_stride = batch.draft_stride = c.V;
+      batch.shard = {k, ranks, bounds[k], bounds[k + 1] - bounds[k]};
+      sv::Randomness r = randomness(c, false);
+      out[k] = capture(c, [&](const sv::ChainOutput& o) { return call(k, batch, r, o, group.communicator(k)); }).error;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
 TEST(Sharded, EveryRankReportsABadSplitOrInput) {
   const Chains c = make_chains(2, 50, 2, Rows::normalised, 4);
-  const sv::Randomness r = randomness(c, false);
   const auto errors = [&](const std::vector<std::int32_t>& bounds, std::function<void(std::int32_t, sv::ChainBatch<float>&)> edit) {
-    const std::int32_t ranks = static_cast<std::int32_t>(bounds.size()) - 1;
-    sv::ThreadGroup group(ranks);
-    std::vector<std::string> out(static_cast<std::size_t>(ranks));
-    std::vector<std::thread> threads;
-    for (std::int32_t k = 0; k < ranks; ++k) {
-      threads.emplace_back([&, k] {
-        sv::ChainBatch<float> batch{c.B, c.V, c.offsets.data(), c.tokens.data(), c.p.data() + bounds[k],
-                                    c.q.data() + bounds[k]};
-        batch.target_stride = batch.draft_stride = c.V;
-        batch.shard = {k, ranks, bounds[k], bounds[k + 1] - bounds[k]};
-        edit(k, batch);
-        out[k] = capture(c, [&](const sv::ChainOutput& o) { return sv::verify(sv::Standard{}, batch, r, o, group.communicator(k)); }).error;
-      });
-    }
-    for (auto& t : threads) t.join();
-    return out;
+    return rank_errors(c, bounds, [&](std::int32_t k, sv::ChainBatch<float>& batch, const sv::Randomness& r,
+                                      const sv::ChainOutput& o, const auto& comm) {
+      edit(k, batch);
+      return sv::verify(sv::Standard{}, batch, r, o, comm);
+    });
   };
   const auto all_same = [](const std::vector<std::string>& e, const char* needle) {
     for (const std::string& s : e) {
@@ -221,6 +230,86 @@ TEST(Sharded, EveryRankReportsABadSplitOrInput) {
            "same");
   all_same(errors({0, 20, 50}, [](std::int32_t k, sv::ChainBatch<float>& b) { if (k == 1) b.draft_offsets = nullptr; }),
            "draft_offsets");
+}
+
+/// A rank that passes another randomness or another rule (type, parameter, per-draft input) than
+/// its peers would return other tokens: every rank refuses the call alike, naming what differs.
+TEST(Sharded, EveryRankNamesTheArgumentARankDisagreesOn) {
+  const Chains c = make_chains(3, 60, 3, Rows::normalised, 14);
+  const std::vector<std::int32_t> bounds{0, 20, 20, 60};
+  std::vector<float> other_scores = c.scores, other_uniforms(std::size_t(c.offsets.back()), 0.25f),
+                     uniforms = other_uniforms;
+  other_scores[2] = other_scores[2] > 0.5f ? 0.1f : 0.9f;
+  other_uniforms[1] = 0.75f;
+  std::vector<std::uint64_t> seeds(std::size_t(c.B), 5), other_seeds = seeds;
+  other_seeds[2] = 6;
+  const auto expect = [&](const std::string& name, const std::vector<std::string>& errors, const std::string& what) {
+    for (std::size_t k = 0; k < errors.size(); ++k) {
+      EXPECT_EQ(errors[k], errors[0]) << name << ": rank " << k;
+      if (what.empty()) {
+        EXPECT_EQ(errors[k], "") << name << ": rank " << k;
+      } else {
+        EXPECT_NE(errors[k].find("rank 2 passes other " + what + " than rank 0"), std::string::npos)
+            << name << ": rank " << k << ": " << errors[k];
+      }
+    }
+  };
+  // On rank 2 only: the edit; every other rank passes the common arguments.
+  const auto with = [&](auto edit) {
+    return [edit](std::int32_t k, const sv::ChainBatch<float>& batch, sv::Randomness& r, const sv::ChainOutput& out,
+                  const auto& comm) { return edit(k == 2, batch, r, out, comm); };
+  };
+  const auto standard = [](bool, const auto& batch, auto& r, const auto& out, const auto& comm) {
+    return sv::verify(sv::Standard{}, batch, r, out, comm);
+  };
+  expect("the same arguments (the control)", rank_errors(c, bounds, with(standard)), "");
+  const std::string randomness_text = "randomness (seed, offset, sequence_seeds, caller uniforms, positions)";
+  const auto randomness_case = [&](const std::string& name, auto change) {
+    expect(name, rank_errors(c, bounds, with([&](bool edited, const auto& batch, auto& r, const auto& out, const auto& comm) {
+             change(edited, r);
+             return sv::verify(sv::Standard{}, batch, r, out, comm);
+           })),
+           randomness_text);
+  };
+  randomness_case("seed", [](bool e, sv::Randomness& r) { r.seed += e; });
+  randomness_case("offset (a step counter that drifted)", [](bool e, sv::Randomness& r) { r.offset += e; });
+  randomness_case("sequence_seeds on one rank", [&](bool e, sv::Randomness& r) { r.sequence_seeds = e ? seeds.data() : nullptr; });
+  randomness_case("sequence_seeds", [&](bool e, sv::Randomness& r) { r.sequence_seeds = e ? other_seeds.data() : seeds.data(); });
+  randomness_case("accept_uniforms", [&](bool e, sv::Randomness& r) { r.accept_uniforms = e ? other_uniforms.data() : uniforms.data(); });
+  randomness_case("sample_uniforms on one rank", [&](bool e, sv::Randomness& r) { r.sample_uniforms = e ? uniforms.data() : nullptr; });
+  std::vector<std::int64_t> other_positions = c.positions;
+  other_positions[1] += 1;
+  expect("Coupled's positions", rank_errors(c, bounds, with([&](bool e, const auto& batch, auto& r, const auto& out, const auto& comm) {
+           if (e) r.positions = other_positions.data();
+           return sv::verify(sv::Coupled{}, batch, r, out, comm);
+         })),
+         randomness_text);
+  expect("positions, which Standard does not read", rank_errors(c, bounds, with([&](bool e, const auto& batch, auto& r, const auto& out, const auto& comm) {
+           if (e) r.positions = other_positions.data();
+           return sv::verify(sv::Standard{}, batch, r, out, comm);
+         })),
+         "");
+  const std::string rule_text = "rule or rule parameters";
+  const auto rule_case = [&](const std::string& name, const auto& common, const auto& edited) {
+    expect(name, rank_errors(c, bounds, with([&](bool e, const auto& batch, auto& r, const auto& out, const auto& comm) {
+             return e ? sv::verify(edited, batch, r, out, comm) : sv::verify(common, batch, r, out, comm);
+           })),
+           rule_text);
+  };
+  rule_case("Standard and Greedy", sv::Standard{}, sv::Greedy{});
+  rule_case("Standard and Block", sv::Standard{}, sv::Block{});
+  rule_case("EARS beta", sv::Ears{0.5f}, sv::Ears{0.6f});
+  rule_case("FSD divergence", sv::Fsd{sv::Divergence::js, 0.4f}, sv::Fsd{sv::Divergence::tv, 0.4f});
+  rule_case("FSD and reducible FSD", sv::Fsd{sv::Divergence::js, 0.4f}, sv::ReducibleFsd{sv::Divergence::js, 0.4f});
+  rule_case("SPRINTER's scores", sv::Sprinter{0.5f, c.scores.data()}, sv::Sprinter{0.5f, other_scores.data()});
+  rule_case("SpecDec++'s inner rule", sv::SpecDecPP<sv::Ears>{0.5f, c.accept_probs.data(), sv::Ears{0.1f}},
+            sv::SpecDecPP<sv::Ears>{0.5f, c.accept_probs.data(), sv::Ears{0.2f}});
+  // The same rule with its per-draft inputs in other buffers holding the same values: no error.
+  const std::vector<float> scores_copy = c.scores;
+  expect("SPRINTER's scores, copied", rank_errors(c, bounds, with([&](bool e, const auto& batch, auto& r, const auto& out, const auto& comm) {
+           return sv::verify(sv::Sprinter{0.5f, e ? scores_copy.data() : c.scores.data()}, batch, r, out, comm);
+         })),
+         "");
 }
 
 TEST(Sharded, TheUnshardedVerifyRefusesASlice) {

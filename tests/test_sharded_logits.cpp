@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -42,31 +44,46 @@ Outcome unsharded(const Rule& rule, const LogitChains& c, const sv::Randomness& 
                  [&](const sv::ChainOutput& out) { return sv::verify(rule, batch, r, out); });
 }
 
-/// Runs every rank on its own thread; returns each rank's outcome. An exception other than
-/// invalid_input is recorded as an error that no unsharded outcome has.
-template <class Rule>
-std::vector<Outcome> sharded(const Rule& rule, const LogitChains& c, const sv::Randomness& r,
-                             bool one_hot, const std::vector<std::int32_t>& bounds, Layout layout,
-                             sv::ThreadGroup& group) {
-  const std::int32_t ranks = static_cast<std::int32_t>(bounds.size()) - 1;
-  std::vector<Outcome> outcomes(static_cast<std::size_t>(ranks));
-  std::vector<RankRows> rows(static_cast<std::size_t>(ranks));
-  for (std::int32_t k = 0; k < ranks; ++k)
-    rank_batch(c, one_hot, bounds, k, layout, rows[std::size_t(k)]);
+/// Runs every rank k on its own thread over rows[k].batch and the communicator comm_of(k); returns
+/// each rank's outcome. An exception other than invalid_input is recorded as an error that no
+/// unsharded outcome has.
+template <class Rule, class CommOf>
+std::vector<Outcome> on_ranks(const Rule& rule, const LogitChains& c, const sv::Randomness& r,
+                              const std::vector<RankRows>& rows, CommOf comm_of) {
+  std::vector<Outcome> outcomes(rows.size());
   std::vector<std::thread> threads;
-  for (std::int32_t k = 0; k < ranks; ++k) {
+  for (std::size_t k = 0; k < rows.size(); ++k) {
     threads.emplace_back([&, k] {
+      const auto comm = comm_of(static_cast<std::int32_t>(k));
       try {
-        outcomes[std::size_t(k)] = capture(c.shape, [&](const sv::ChainOutput& out) {
-          return sharded_verify(rule, rows[std::size_t(k)].batch, r, out, group.communicator(k));
+        outcomes[k] = capture(c.shape, [&](const sv::ChainOutput& out) {
+          return sharded_verify(rule, rows[k].batch, r, out, comm);
         });
       } catch (const std::exception& e) {
-        outcomes[std::size_t(k)].error = std::string("(not invalid_input) ") + e.what();
+        outcomes[k].error = std::string("(not invalid_input) ") + e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
   return outcomes;
+}
+
+/// Every rank's batch of `bounds` in `layout`.
+std::vector<RankRows> rank_rows(const LogitChains& c, bool one_hot, const std::vector<std::int32_t>& bounds,
+                                Layout layout) {
+  std::vector<RankRows> rows(bounds.size() - 1);
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    rank_batch(c, one_hot, bounds, static_cast<std::int32_t>(k), layout, rows[k]);
+  }
+  return rows;
+}
+
+/// Runs every rank on its own thread over a ThreadGroup; returns each rank's outcome.
+template <class Rule>
+std::vector<Outcome> sharded(const Rule& rule, const LogitChains& c, const sv::Randomness& r,
+                             bool one_hot, const std::vector<std::int32_t>& bounds, Layout layout,
+                             sv::ThreadGroup& group) {
+  return on_ranks(rule, c, r, rank_rows(c, one_hot, bounds, layout), [&](std::int32_t k) { return group.communicator(k); });
 }
 
 std::string bounds_text(const std::vector<std::int32_t>& bounds) {
@@ -587,6 +604,223 @@ TEST(ShardedLogits, EveryRankReportsAnAllMaskedRowTheWalkReads) {
         check("coupled", sv::Coupled{});
       }
     }
+  }
+}
+
+
+/// A rank that passes other sampling parameters, lists, guidance, draft map or bitmask than its
+/// peers would return other tokens: every rank refuses the call alike, naming what differs (and
+/// with nothing edited, the control, every rank returns the unsharded outputs).
+TEST(ShardedLogits, EveryRankNamesTheArgumentARankDisagreesOn) {
+  LogitFeatures f;
+  f.guidance = f.mask = f.penalties = f.reduced_draft = f.draft_params = true;
+  const LogitChains c = make_logit_chains(4, 300, 3, f, 51, 52);
+  const std::vector<std::int32_t> bounds{0, 100, 100, 300};
+  const sv::Randomness r = randomness(c.shape, false);
+  const auto run = [&](const std::function<void(sv::LogitsChainBatch<float>&)>& edit) {
+    std::vector<RankRows> rows = rank_rows(c, false, bounds, Layout::copies);
+    edit(rows[2].batch);
+    sv::ThreadGroup group(3);
+    return on_ranks(sv::Standard{}, c, r, rows, [&](std::int32_t k) { return group.communicator(k); });
+  };
+  const Outcome whole = unsharded(sv::Standard{}, c, r, false);
+  ASSERT_EQ(whole.error, "") << "test setup";
+  for (const Outcome& o : run([](sv::LogitsChainBatch<float>&) {})) EXPECT_TRUE(o == whole) << describe(o);
+  std::vector<sv::SamplingParams> tp = c.tp, dp = c.dp;
+  std::vector<std::int32_t> d2t = c.d2t, h_tokens = c.lists.h_tokens, h_counts = c.lists.h_counts;
+  std::vector<float> b_values = c.lists.b_values, scales = c.scales;
+  std::vector<std::int64_t> first_u = c.first_u;
+  tp[1].temperature *= 1.5f;
+  dp[2].top_k += 1;
+  std::swap(d2t[0], d2t[1]);
+  ASSERT_FALSE(h_counts.empty() || b_values.empty()) << "test setup";
+  h_counts.back() += 1;
+  b_values.back() += 1.0f;
+  scales[0] += 0.5f;
+  std::size_t guided = 0;
+  while (guided < first_u.size() && first_u[guided] < 0) ++guided;
+  ASSERT_LT(guided, first_u.size()) << "test setup";
+  first_u[guided] = -1;
+  const auto expect = [&](const std::string& name, const std::string& what,
+                          const std::function<void(sv::LogitsChainBatch<float>&)>& edit) {
+    const std::vector<Outcome> outcomes = run(edit);
+    for (std::size_t k = 0; k < outcomes.size(); ++k) {
+      EXPECT_EQ(outcomes[k].error, outcomes[0].error) << name << ": rank " << k;
+      EXPECT_NE(outcomes[k].error.find("rank 2 passes other " + what + " than rank 0"), std::string::npos)
+          << name << ": rank " << k << ": " << outcomes[k].error;
+    }
+  };
+  const std::string sampling = "sampling parameters (target_params, draft_params)";
+  expect("a temperature", sampling, [&](auto& b) { b.target_params = tp.data(); });
+  expect("a draft top_k", sampling, [&](auto& b) { b.draft_params = dp.data(); });
+  expect("draft_params on one rank", sampling, [&](auto& b) { b.draft_params = nullptr; });
+  expect("the draft map", "draft vocabulary (draft_vocab_size, draft_to_target)", [&](auto& b) { b.draft_to_target = d2t.data(); });
+  expect("a history count", "penalty or bias lists", [&](auto& b) { b.history_counts = h_counts.data(); });
+  expect("a bias value", "penalty or bias lists", [&](auto& b) { b.bias_values = b_values.data(); });
+  expect("no lists on one rank", "penalty or bias lists", [&](auto& b) {
+    b.history_offsets = b.bias_offsets = nullptr;
+  });
+  expect("a guidance scale", "guidance (unconditional_first_row, guidance_scale)", [&](auto& b) { b.guidance_scale = scales.data(); });
+  expect("a sequence's guidance rows", "guidance (unconditional_first_row, guidance_scale)",
+         [&](auto& b) { b.unconditional_first_row = first_u.data(); });
+  expect("no bitmask on one rank", "bitmask (whether allowed_tokens is given)", [&](auto& b) { b.allowed_tokens = nullptr; });
+}
+
+/// Writes `value` over byte `at` of rank `from`'s part of all_gather number `call`, alike on every
+/// rank (as what a rank sent reaches all its peers); records each call's bytes per rank.
+class CorruptingCommunicator {
+ public:
+  struct Fault {
+    std::int32_t call = -1, from = 0;
+    std::size_t at = 0;
+    unsigned char value = 0;
+  };
+  CorruptingCommunicator(sv::ThreadGroup& group, std::int32_t rank, const Fault& fault, std::vector<std::size_t>* sizes)
+      : inner_(group.communicator(rank)), fault_(fault), sizes_(sizes) {}
+  void all_gather(const void* send, std::size_t bytes, void* recv) const {
+    inner_.all_gather(send, bytes, recv);
+    if (sizes_) sizes_->push_back(bytes);
+    if (calls_++ == fault_.call && fault_.at < bytes) {
+      static_cast<unsigned char*>(recv)[std::size_t(fault_.from) * bytes + fault_.at] = fault_.value;
+    }
+  }
+
+ private:
+  sv::ThreadGroup::Communicator inner_;
+  Fault fault_;
+  std::vector<std::size_t>* sizes_;
+  mutable std::int32_t calls_ = 0;
+};
+
+/// Every byte of one rank's part of every message (but the text of its shard header, below), set
+/// to 0xff, 0x7f or 0 in turn (so each byte of a word meets each value somewhere): each call
+/// returns the same on every rank, and fails only with invalid_input (no over-read, no other
+/// exception, no huge allocation: the sanitizer builds run this too); what it returns are tokens of
+/// [0, V). At least one corruption is named as a malformed message (the checks exist) and one is
+/// harmless (the sweep reaches the outputs). The top_k case sends candidates, counts and ties;
+/// top_p alone sends histograms of fixed-point sums. Last, a shard header whose text has no end.
+TEST(ShardedLogits, EveryRankRefusesAMalformedMessageAlike) {
+  for (const bool top_k : {true, false}) {
+    LogitFeatures f;
+    f.top_p_alone = !top_k;
+    LogitChains c = make_logit_chains(2, 40, 2, f, 61, 62);
+    for (sv::SamplingParams& p : c.tp) {
+      p.top_k = top_k ? 5 : 0;
+      p.top_p = top_k ? 1.0f : 0.8f;
+    }
+    const std::vector<std::int32_t> bounds{0, 15, 40};
+    const sv::Randomness r = randomness(c.shape, false);
+    const std::vector<RankRows> rows = rank_rows(c, false, bounds, Layout::copies);
+    std::vector<std::size_t> sizes;
+    const auto run = [&](const CorruptingCommunicator::Fault& fault) {
+      sv::ThreadGroup group(2);
+      return on_ranks(sv::Standard{}, c, r, rows, [&](std::int32_t k) {
+        return CorruptingCommunicator(group, k, fault, fault.call < 0 && k == 0 ? &sizes : nullptr);
+      });
+    };
+    const Outcome whole = unsharded(sv::Standard{}, c, r, false);
+    ASSERT_EQ(whole.error, "") << "test setup";
+    ASSERT_TRUE(run({})[1] == whole) << "the control";
+    std::int64_t malformed = 0, harmless = 0;
+    constexpr std::size_t kText = offsetof(sv::cpu::shard::Header, message);
+    constexpr unsigned char kValues[3] = {0xff, 0x7f, 0x00};
+    for (std::int32_t call = 0; call < static_cast<std::int32_t>(sizes.size()); ++call) {
+      for (std::size_t at = 0; at < sizes[std::size_t(call)]; ++at) {
+        if (call == 0 && at >= kText) break;  // the text: read as a whole, below
+        {
+          const unsigned char value = kValues[at % 3];
+          const std::vector<Outcome> o = run({call, 1, at, value});
+          const std::string where = "call " + std::to_string(call) + " byte " + std::to_string(at) + " = " +
+                                    std::to_string(value) + (top_k ? " (top_k)" : " (top_p)");
+          ASSERT_TRUE(o[0] == o[1]) << where << ": the ranks differ: " << describe(o[0]) << " / " << describe(o[1]);
+          ASSERT_EQ(o[0].error.find("(not invalid_input)"), std::string::npos) << where << ": " << o[0].error;
+          if (o[0].error.find("rank 1 sent a malformed message") != std::string::npos) ++malformed;
+          if (o[0] == whole) ++harmless;
+          if (!o[0].error.empty()) continue;
+          for (const std::int32_t t : o[0].tokens) ASSERT_TRUE(t == sv::kNoToken || (t >= 0 && t < 40)) << where << ": " << t;
+        }
+      }
+    }
+    EXPECT_GT(malformed, 0) << (top_k ? "top_k" : "top_p");
+    EXPECT_GT(harmless, 0) << (top_k ? "top_k" : "top_p");
+  }
+  // Rank 1 says it failed, with a text that fills the header: every rank names the message as
+  // malformed (it once threw the text read past the header).
+  struct Unterminated {
+    sv::ThreadGroup::Communicator inner;
+    mutable std::int32_t calls = 0;
+    void all_gather(const void* send, std::size_t bytes, void* recv) const {
+      inner.all_gather(send, bytes, recv);
+      if (calls++ != 0) return;  // the shard phase's
+      auto* h = reinterpret_cast<sv::cpu::shard::Header*>(static_cast<unsigned char*>(recv) + bytes);
+      h->failed = 1;
+      std::memset(h->message, 'x', sizeof h->message);
+    }
+  };
+  const LogitChains c = make_logit_chains(2, 40, 2, LogitFeatures{}, 61, 62);
+  const sv::Randomness r = randomness(c.shape, false);
+  sv::ThreadGroup group(2);
+  const auto outcomes = on_ranks(sv::Standard{}, c, r, rank_rows(c, false, {0, 15, 40}, Layout::copies),
+                                 [&](std::int32_t k) { return Unterminated{group.communicator(k)}; });
+  for (const Outcome& o : outcomes) {
+    EXPECT_EQ(o.error, "specverify::verify: rank 1 sent a malformed message in phase 1 (shard) (an unterminated message)");
+  }
+}
+
+/// Rows of logits past the largest vocabulary (core::kMaxLogitsVocab): every rank refuses the
+/// batch by its size, as the unsharded verify does, and the slices' flat rows at the largest
+/// vocabulary give every rank the unsharded verify's outputs (a normaliser of exactly 2^22).
+TEST(ShardedLogits, EveryRankRefusesAVocabularyPastTheLargest) {
+  for (const std::int32_t V : {sv::core::kMaxLogitsVocab, sv::core::kMaxLogitsVocab + 1}) {
+    const std::int32_t cut = V / 3;
+    const std::int32_t bounds[3] = {0, cut, V};
+    std::vector<std::vector<float>> slices(2);
+    const std::int32_t offsets[2] = {0, 1}, draft = V - 1;
+    const sv::SamplingParams params;
+    std::vector<std::vector<std::int32_t>> tokens(3, std::vector<std::int32_t>(2, 12345));
+    std::vector<std::int32_t> accepted(3, 12345);
+    std::vector<std::string> errors(3);
+    const auto batch_of = [&](const float* rows, std::int32_t start, std::int32_t size, std::int32_t rank) {
+      sv::LogitsChainBatch<float> b;
+      b.batch_size = 1;
+      b.vocab_size = V;
+      b.draft_offsets = offsets;
+      b.draft_tokens = &draft;
+      b.target_logits = rows;
+      b.target_params = &params;
+      if (rank >= 0) b.shard = {rank, 2, start, size};
+      return b;
+    };
+    const std::vector<float> whole(2 * static_cast<std::size_t>(V), 0.0f);
+    try {
+      sv::verify(sv::Standard{}, batch_of(whole.data(), 0, V, -1), {3, 0}, {tokens[2].data(), 2, &accepted[2]});
+    } catch (const sv::invalid_input& e) {
+      errors[2] = e.what();
+    }
+    sv::ThreadGroup group(2);
+    std::vector<std::thread> threads;
+    for (std::int32_t k = 0; k < 2; ++k) {
+      const std::int32_t start = bounds[k], size = bounds[k + 1] - bounds[k];
+      slices[std::size_t(k)].assign(2 * static_cast<std::size_t>(size), 0.0f);
+      threads.emplace_back([&, k, start, size] {
+        try {
+          sv::verify(sv::Standard{}, batch_of(slices[std::size_t(k)].data(), start, size, k), {3, 0},
+                     {tokens[std::size_t(k)].data(), 2, &accepted[std::size_t(k)]}, group.communicator(k));
+        } catch (const sv::invalid_input& e) {
+          errors[std::size_t(k)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    const bool past = V > sv::core::kMaxLogitsVocab;
+    EXPECT_EQ(errors[2].find("vocab_size = 4194305 exceeds 4194304") != std::string::npos, past) << errors[2];
+    for (std::int32_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(errors[std::size_t(k)], errors[2]) << "V = " << V << ", rank " << k;
+      EXPECT_EQ(tokens[std::size_t(k)], tokens[2]) << "V = " << V << ", rank " << k;
+      EXPECT_EQ(accepted[std::size_t(k)], accepted[2]) << "V = " << V << ", rank " << k;
+    }
+    // Past the limit nothing is written; at it p(x) = 2^-22, and u < p(x) is not drawn at this seed.
+    EXPECT_EQ(accepted[2], past ? 12345 : 0);
   }
 }
 

@@ -16,6 +16,11 @@
 //     SPECVERIFY_HD Problem check_draft(std::int32_t draft) const;
 //                                                     //   per-draft inputs such as scores (runs
 //                                                     //   where the data lives: host or device)
+//     template <class Visit> void parameters(Visit&& visit) const;
+//                                                     //   visit(name, double) for each parameter,
+//                                                     //   visit(name, const float*) for each
+//                                                     //   per-draft input: what the ranks of a
+//                                                     //   sharded verify must pass alike
 //   };
 //
 // A joint rule decides a whole chain at once, so it has no per-draft decide(): it names the
@@ -141,6 +146,15 @@ template <class R>
 struct has_check_draft<R, std::void_t<decltype(std::declval<const R&>().check_draft(0))>>
     : std::true_type {};
 template <class, class = void>
+struct has_parameters : std::false_type {};
+struct IgnoreParameters {
+  void operator()(const char*, double) const {}
+  void operator()(const char*, const float*) const {}
+};
+template <class R>
+struct has_parameters<R, std::void_t<decltype(std::declval<const R&>().parameters(IgnoreParameters{}))>>
+    : std::true_type {};
+template <class, class = void>
 struct has_joint : std::false_type {};
 template <class R>
 struct has_joint<R, std::void_t<decltype(R::joint)>> : std::true_type {};
@@ -193,6 +207,11 @@ struct rule_traits {
     } else {
       return {};
     }
+  }
+  /// The rule's parameters and per-draft inputs, to `visit` (none for a rule that names none).
+  template <class Visit>
+  static void parameters(const Rule& rule, Visit&& visit) {
+    if constexpr (detail::has_parameters<Rule>::value) rule.parameters(visit);
   }
 };
 

@@ -30,9 +30,13 @@ inline std::int32_t sample(const float* logits, std::int32_t vocab_size, const S
                            std::int32_t bias_size = 0) {
   if (!logits) throw invalid_input("sample: logits is null");
   if (vocab_size < 1) throw invalid_input("sample: vocab_size is " + std::to_string(vocab_size));
+  core::detail::check_logits_vocab(vocab_size, "sample: ");
   if (const Problem problem = check_sampling_params(params)) {
     throw invalid_input(std::string("sample: ") + problem.what + " is " + std::to_string(problem.value));
   }
+  // Before the batch checks, which would name the offsets built from these sizes.
+  if (history_size < 0) throw invalid_input("sample: history_size is " + std::to_string(history_size) + " (must be >= 0)");
+  if (bias_size < 0) throw invalid_input("sample: bias_size is " + std::to_string(bias_size) + " (must be >= 0)");
   // The batch checks, on a batch of one sequence: the same rules and the same words.
   const std::int32_t history_offsets[2] = {0, history_size}, bias_offsets[2] = {0, bias_size};
   LogitsChainBatch<float> one;

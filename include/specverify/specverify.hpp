@@ -8,3 +8,4 @@
 #include "specverify/cpu/sharded_verify.hpp"
 #include "specverify/cpu/verify.hpp"
 #include "specverify/sample.hpp"
+#include "specverify/compiled.hpp"

@@ -62,7 +62,8 @@ __version__ = "0.1.0"
 def _fitting(name, value, dtype):
     """`value` (a scalar or one per sequence) as `dtype`, refused where that would change it: an
     integer field takes integers within its range, a float field real numbers within float32's
-    (rounding to the nearest float32 is the only change allowed)."""
+    (rounding to the nearest float32 is the only change allowed; a finite value it would make
+    infinite, or a nonzero one it would make 0, is refused)."""
     given = np.asarray(value)
     integer = np.issubdtype(dtype, np.integer)
     if given.dtype.kind not in ("iu" if integer else "iuf"):
@@ -71,12 +72,16 @@ def _fitting(name, value, dtype):
     if integer:
         info = np.iinfo(dtype)
         bad = (given < info.min) | (given > info.max)
+        rounded = None
     else:
-        with np.errstate(over="ignore"):
-            bad = np.isfinite(given) & ~np.isfinite(given.astype(dtype))
+        with np.errstate(over="ignore", under="ignore"):
+            rounded = given.astype(dtype)
+        bad = np.isfinite(given) & (~np.isfinite(rounded) | ((rounded == 0) & (given != 0)))
     if np.any(bad):
-        first = given[bad].ravel()[0] if given.ndim else given
-        raise InvalidInput(f"specverify: sampling_params {name} = {first} does not fit in {np.dtype(dtype).name}")
+        first = np.flatnonzero(bad)[0]
+        why = "" if integer else f" (it would round to {'0' if rounded.ravel()[first] == 0 else 'inf'})"
+        raise InvalidInput(f"specverify: sampling_params {name} = {given.ravel()[first]} does not fit in "
+                           f"{np.dtype(dtype).name}{why}")
     return given.astype(dtype)
 
 

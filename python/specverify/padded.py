@@ -129,12 +129,50 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
 
 
 def _integer(name, value):
-    """A seed or offset given as an int or a one-element tensor (FlashInfer takes both)."""
-    if hasattr(value, "numel"):
-        if value.numel() != 1:
+    """A seed or offset given as an integer or a one-element integer array or tensor (FlashInfer
+    takes both), as the uint64 Randomness holds. Anything else is refused: int() would truncate."""
+    if hasattr(value, "dtype") and hasattr(value, "shape"):  # a NumPy array or scalar, or a tensor
+        size = value.numel() if hasattr(value, "numel") else value.size
+        if size != 1:
             raise _core.InvalidInput(f"specverify: {name} must hold one value, got shape {tuple(value.shape)}")
-        return int(value.item())
+        dtype, value = value.dtype, value.reshape(-1)[0].item()
+        shown = f"{dtype} {value!r}"
+    else:
+        shown = f"{type(value).__name__} {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"specverify: {name} must be an integer or a one-element integer array, got {shown}")
+    if not 0 <= value < 2**64:
+        raise _core.InvalidInput(f"specverify: {name} = {value} does not fit in uint64")
     return int(value)
+
+
+def _int32_ids(name, ids, torch, vocab):
+    """`ids` (int32, or int64 as FlashInfer's own tests draw them) as the int32 ids the library
+    reads. int64 ids are narrowed only where every one fits; else an id is outside [0, V), and the
+    first such one is named where it is, in the words verify uses for an int32 id."""
+    dtype = str(ids.dtype).replace("torch.", "")
+    if dtype == "int32":
+        return ids
+    if dtype != "int64":
+        raise TypeError(f"specverify: {name} must hold int32 or int64, got {ids.dtype}")
+    if not ((ids < -2**31) | (ids >= 2**31)).any():
+        return ids.to(torch.int32) if torch is not None else ids.astype(np.int32)
+    outside = ((ids < 0) | (ids >= vocab)).reshape(-1)
+    first = int(outside.nonzero()[0, 0]) if torch is not None else int(np.flatnonzero(outside)[0])
+    b, j = divmod(first, ids.shape[1])
+    raise _core.InvalidInput(f"specverify::verify: sequence {b}, position {j}: draft token "
+                             f"{int(ids.reshape(-1)[first])} is outside [0, {vocab})")
+
+
+def _expect_counts(name, given, batch_size):
+    """A maybe_output_* array the counts are added to in place: int32 or int64 [B] (a float or
+    narrower array would take them converted)."""
+    dtype = getattr(given, "dtype", type(given).__name__)
+    if str(dtype).replace("torch.", "") not in ("int32", "int64"):
+        raise TypeError(f"specverify: {name} must hold int32 or int64, got {dtype} "
+                        f"(the counts are added to it in place)")
+    if tuple(given.shape) != (batch_size,):
+        raise _core.InvalidInput(f"specverify: {name} has shape {tuple(given.shape)}, but it needs [{batch_size}]")
 
 
 def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe_output_accepted_token_num=None,
@@ -143,22 +181,30 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     """A drop-in for flashinfer.sampling.chain_speculative_sampling (Standard speculative sampling,
     Leviathan et al.): the same arguments and outputs, on CPU arrays or CUDA tensors.
 
-    draft_probs float32 [B, K, V] (q), draft_token_ids int32 [B, K], target_probs float32
+    draft_probs float32 [B, K, V] (q), draft_token_ids int32 or int64 [B, K] (int64 ids are read
+    exactly: one outside [0, V) is named by position, never narrowed), target_probs float32
     [B, K+1, V] (p). Returns (output_token_ids int32 [B, K+1]: the accepted drafts, the extra
     token, then -1; output_accepted_token_num int32 [B]: the drafts that pass their test
     u q(x) < p(x) each on its own, the chain's first rejection ignored; output_emitted_draft_token_num
-    int32 [B]: the drafts emitted). The two counts are added to the maybe_output_* tensors in place
-    where given (so they can count over steps), as FlashInfer does, else start from zero.
+    int32 [B]: the drafts emitted). The two counts are added to the maybe_output_* tensors (int32
+    or int64 [B]) in place where given (so they can count over steps), as FlashInfer does, else
+    start from zero.
 
     Identical to FlashInfer: names, shapes, dtypes, outputs, and the law of the tokens (each
     emitted sequence follows p exactly). Different: the uniforms come from specverify's Philox
     streams keyed by (seed, offset, sequence, position), so the tokens themselves differ from
     FlashInfer's for the same seed; the results never depend on `deterministic` (accepted for
-    compatibility). seed and offset (ints or one-element tensors) fix the stream; where seed is
-    None it is drawn from `generator` (or torch's or NumPy's default generator), and offset
-    defaults to 0.
+    compatibility). seed and offset (integers in [0, 2^64), or one-element integer tensors) fix the
+    stream; where seed is None it is drawn from `generator` (or torch's or NumPy's default
+    generator), and offset defaults to 0.
     """
     torch = _torch_module(draft_probs, draft_token_ids, target_probs)
+    B, K = _shape("draft_token_ids", draft_token_ids, 2)
+    counts = {"maybe_output_accepted_token_num": maybe_output_accepted_token_num,
+              "maybe_output_emitted_draft_token_num": maybe_output_emitted_draft_token_num}
+    for name, given in counts.items():
+        if given is not None:
+            _expect_counts(name, given, B)
     if seed is None:
         if torch is not None:
             where = generator.device if generator is not None else "cpu"
@@ -167,9 +213,9 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
             seed = int(np.random.randint(0, 2**62, dtype=np.int64))
     seed = _integer("seed", seed)
     offset = 0 if offset is None else _integer("offset", offset)
-    tokens, emitted = verify(_core.Standard(), draft_token_ids, target_probs, draft_probs, seed=seed, offset=offset)
+    ids32 = _int32_ids("draft_token_ids", draft_token_ids, torch, _shape("target_probs", target_probs, 3)[2])
+    tokens, emitted = verify(_core.Standard(), ids32, target_probs, draft_probs, seed=seed, offset=offset)
 
-    B, K = tokens.shape[0], tokens.shape[1] - 1
     # Every position's own test, on the uniforms verify used (the same float arithmetic), where
     # the rows are (verify has checked every draft token against the vocabulary).
     u = _core._accept_uniforms(_core.Randomness(seed=seed, offset=offset), B, K)
@@ -185,13 +231,11 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
         q_x = np.take_along_axis(np.asarray(draft_probs), ids, axis=2)[:, :, 0] if draft_probs is not None else 1.0
         passed = (u * q_x < p_x).sum(axis=1).astype(np.int32)
 
-    def counted(given, values, name):
+    def counted(given, values):
         if given is None:
             return values
-        if tuple(given.shape) != (B,):
-            raise _core.InvalidInput(f"specverify: {name} has shape {tuple(given.shape)}, but it needs [{B}]")
         given += values
         return given
 
-    return (tokens, counted(maybe_output_accepted_token_num, passed, "maybe_output_accepted_token_num"),
-            counted(maybe_output_emitted_draft_token_num, emitted, "maybe_output_emitted_draft_token_num"))
+    return (tokens, counted(maybe_output_accepted_token_num, passed),
+            counted(maybe_output_emitted_draft_token_num, emitted))

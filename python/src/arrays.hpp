@@ -8,6 +8,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,8 +25,8 @@ namespace py = pybind11;
 /// bitmask words int32 (xgrammar's torch.int32 bitmasks): the same bits, reinterpreted in place.
 /// Sampling parameters are NumPy structured arrays of SamplingParams' layout. Logits rows take
 /// `logits`: any of float32, float16 and bfloat16 (the C++ logits batches' row types), the one
-/// found recorded in Array::elem.
-enum class Elem { int32, int64, float32, float16, bfloat16, logits, seed64, bits32, sampling_params };
+/// found recorded in Array::elem. uint8: the bytes an all_gather returns.
+enum class Elem { int32, int64, float32, float16, bfloat16, logits, seed64, bits32, sampling_params, uint8 };
 
 inline const char* elem_name(Elem elem) {
   switch (elem) {
@@ -38,6 +39,7 @@ inline const char* elem_name(Elem elem) {
     case Elem::seed64: return "uint64 (or int64)";
     case Elem::bits32: return "uint32 (or int32)";
     case Elem::sampling_params: return "SamplingParams (a NumPy array of sv.SamplingParams.dtype)";
+    case Elem::uint8: return "uint8";
   }
   return "?";
 }
@@ -49,6 +51,7 @@ inline std::size_t elem_bytes(Elem elem) {
     case Elem::sampling_params: return sizeof(SamplingParams);
     case Elem::float16:
     case Elem::bfloat16: return 2;
+    case Elem::uint8: return 1;
     default: return 4;
   }
 }
@@ -109,6 +112,7 @@ inline bool format_is(const char* format, Py_ssize_t itemsize, Elem elem) {
     case Elem::seed64: return itemsize == 8 && (c == 'L' || c == 'Q' || c == 'l' || c == 'q');
     case Elem::bits32: return itemsize == 4 && (c == 'I' || c == 'L' || c == 'i' || c == 'l');
     case Elem::sampling_params: return false;  // a struct: its NumPy dtype is checked instead
+    case Elem::uint8: return itemsize == 1 && c == 'B';
   }
   return false;
 }
@@ -126,6 +130,7 @@ inline bool dtype_is(const DLDataType& t, Elem elem) {
     case Elem::seed64: return (t.code == kDLUInt || t.code == kDLInt) && t.bits == 64;
     case Elem::bits32: return (t.code == kDLUInt || t.code == kDLInt) && t.bits == 32;
     case Elem::sampling_params: return false;  // DLPack has no structs
+    case Elem::uint8: return t.code == kDLUInt && t.bits == 8;
   }
   return false;
 }
@@ -285,6 +290,11 @@ inline Array as_array(py::handle obj, const char* name, Elem elem, int ndim,
                          std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
   }
   a.source = py::reinterpret_borrow<py::object>(obj);
+  for (const std::int64_t extent : a.shape) {
+    if (extent < 0) {
+      reject(name, " has a negative shape ", detail::describe_shape(a.shape), " (every extent must be >= 0)");
+    }
+  }
   if (static_cast<int>(a.shape.size()) != ndim) {
     reject(name, " must have ", std::to_string(ndim), " dimension", ndim == 1 ? "" : "s",
            ", got shape ", detail::describe_shape(a.shape));
@@ -323,6 +333,30 @@ inline void expect_rows_apart(const Array& a, const char* name) {
 inline std::int32_t as_int32(std::int64_t n, const char* what) {
   if (n > INT32_MAX) reject(what, " = ", std::to_string(n), " does not fit in int32");
   return static_cast<std::int32_t>(n);
+}
+
+/// A Python float as the float32 a C++ field holds, rounded to the nearest one; refused (naming
+/// `what`, "Class field") where a finite value would become infinite or a nonzero one 0, as
+/// sv.sampling_params refuses them. NaN and infinities are kept: the library names them.
+inline float as_float32(double x, const char* what) {
+  // The smallest magnitude that rounds to infinity: halfway between FLT_MAX and 2^128 (the tie
+  // goes to infinity, FLT_MAX's significand being odd). Below it the conversion is defined.
+  constexpr double kRoundsToInf = 0x1.ffffffp+127;
+  const bool overflows = std::isfinite(x) && std::fabs(x) >= kRoundsToInf;
+  const float f = overflows ? 0.0f : static_cast<float>(x);
+  if (overflows || (x != 0.0 && f == 0.0f)) {
+    reject(what, " = ", std::string(py::repr(py::float_(x))), " does not fit in float32 (it would round to ",
+           overflows ? "inf" : "0", ")");
+  }
+  return f;
+}
+
+/// `member` as a read-write property of `cls` whose setter converts as as_float32 does.
+template <class Class, class T>
+void float32_property(Class& cls, const char* name, const char* what, float T::*member) {
+  cls.def_property(
+      name, [member](const T& self) { return self.*member; },
+      [member, what](T& self, double value) { self.*member = as_float32(value, what); });
 }
 
 inline py::object source_or_none(const Array& a) { return a.present() ? a.source : py::none(); }

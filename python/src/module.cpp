@@ -119,26 +119,37 @@ void bind_module(py::module_& m) {
 
   bind_rules(m);
 
-  py::class_<SamplingParams>(m, "SamplingParams",
-                             "One sequence's sampling parameters; the defaults change nothing.\n"
-                             "temperature >= 0 (0: greedy), top_k >= 0 (0: off), top_p in (0, 1] (1: off),\n"
-                             "min_p in [0, 1] (0: off), repetition_penalty > 0 (1: off), presence_penalty and\n"
-                             "frequency_penalty finite (0: off). Batches take them per sequence as a NumPy array of\n"
-                             "SamplingParams.dtype (viewed in place): see sampling_params().")
-      .def(py::init([](float temperature, std::int32_t top_k, float top_p, float min_p, float repetition_penalty,
-                       float presence_penalty, float frequency_penalty) {
-             return SamplingParams{temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
-                                   frequency_penalty};
+  py::class_<SamplingParams> sampling_params(
+      m, "SamplingParams",
+      "One sequence's sampling parameters; the defaults change nothing.\n"
+      "temperature >= 0 (0: greedy), top_k >= 0 (0: off), top_p in (0, 1] (1: off),\n"
+      "min_p in [0, 1] (0: off), repetition_penalty > 0 (1: off), presence_penalty and\n"
+      "frequency_penalty finite (0: off). Batches take them per sequence as a NumPy array of\n"
+      "SamplingParams.dtype (viewed in place): see sampling_params().");
+  // Floats taken as double and rounded here: pybind11's float conversion would make 1e40 inf and
+  // 1e-50 0 without a word.
+  sampling_params
+      .def(py::init([](double temperature, std::int32_t top_k, double top_p, double min_p, double repetition_penalty,
+                       double presence_penalty, double frequency_penalty) {
+             return SamplingParams{as_float32(temperature, "SamplingParams temperature"), top_k,
+                                   as_float32(top_p, "SamplingParams top_p"), as_float32(min_p, "SamplingParams min_p"),
+                                   as_float32(repetition_penalty, "SamplingParams repetition_penalty"),
+                                   as_float32(presence_penalty, "SamplingParams presence_penalty"),
+                                   as_float32(frequency_penalty, "SamplingParams frequency_penalty")};
            }),
-           py::kw_only(), "temperature"_a = 1.0f, "top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f,
-           "repetition_penalty"_a = 1.0f, "presence_penalty"_a = 0.0f, "frequency_penalty"_a = 0.0f)
-      .def_readwrite("temperature", &SamplingParams::temperature)
-      .def_readwrite("top_k", &SamplingParams::top_k)
-      .def_readwrite("top_p", &SamplingParams::top_p)
-      .def_readwrite("min_p", &SamplingParams::min_p)
-      .def_readwrite("repetition_penalty", &SamplingParams::repetition_penalty)
-      .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
-      .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
+           py::kw_only(), "temperature"_a = 1.0, "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0,
+           "repetition_penalty"_a = 1.0, "presence_penalty"_a = 0.0, "frequency_penalty"_a = 0.0)
+      .def_readwrite("top_k", &SamplingParams::top_k);
+  float32_property(sampling_params, "temperature", "SamplingParams temperature", &SamplingParams::temperature);
+  float32_property(sampling_params, "top_p", "SamplingParams top_p", &SamplingParams::top_p);
+  float32_property(sampling_params, "min_p", "SamplingParams min_p", &SamplingParams::min_p);
+  float32_property(sampling_params, "repetition_penalty", "SamplingParams repetition_penalty",
+                   &SamplingParams::repetition_penalty);
+  float32_property(sampling_params, "presence_penalty", "SamplingParams presence_penalty",
+                   &SamplingParams::presence_penalty);
+  float32_property(sampling_params, "frequency_penalty", "SamplingParams frequency_penalty",
+                   &SamplingParams::frequency_penalty);
+  sampling_params
       .def("__eq__", [](const SamplingParams& a, const SamplingParams& b) {
         return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p &&
                a.repetition_penalty == b.repetition_penalty && a.presence_penalty == b.presence_penalty &&

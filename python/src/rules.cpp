@@ -27,15 +27,19 @@ std::string number(float x) {
   return s.str();
 }
 
+// The rules' float parameters are taken as double and rounded by as_float32 (arrays.hpp), which
+// refuses what float32 would make infinite or 0, rather than by pybind11's silent conversion.
 template <class Rule>
-void bind_fsd(py::module_& m, const char* name, const char* doc) {
+void bind_fsd(py::module_& m, const char* name, const char* threshold_name, const char* doc) {
   using namespace pybind11::literals;
-  py::class_<Rule>(m, name, doc)
-      .def(py::init([](Divergence divergence, float threshold) { return Rule{divergence, threshold}; }),
-           "divergence"_a = Divergence::js, "threshold"_a = 0.0f)
-      .def_readwrite("divergence", &Rule::divergence)
-      .def_readwrite("threshold", &Rule::threshold)
-      .def("__repr__", [name](const Rule& r) {
+  py::class_<Rule> cls(m, name, doc);
+  cls.def(py::init([threshold_name](Divergence divergence, double threshold) {
+            return Rule{divergence, as_float32(threshold, threshold_name)};
+          }),
+          "divergence"_a = Divergence::js, "threshold"_a = 0.0)
+      .def_readwrite("divergence", &Rule::divergence);
+  float32_property(cls, "threshold", threshold_name, &Rule::threshold);
+  cls.def("__repr__", [name](const Rule& r) {
         return std::string(name) + "(divergence=Divergence." + divergence_name(r.divergence) +
                ", threshold=" + number(r.threshold) + ")";
       });
@@ -78,45 +82,47 @@ void bind_rules(py::module_& m) {
   py::class_<Greedy>(m, "Greedy", "Accept x iff x == argmax p (lowest index on ties); emit argmax p.")
       .def(py::init<>())
       .def("__repr__", [](const Greedy&) { return "Greedy()"; });
-  py::class_<Ears>(m, "Ears", "Accept x iff p(x) > 0 and u < p(x)/q(x) + beta (1 - max p).")
-      .def(py::init([](float beta) { return Ears{beta}; }), "beta"_a = 0.0f)
-      .def_readwrite("beta", &Ears::beta)
+  py::class_<Ears> ears(m, "Ears", "Accept x iff p(x) > 0 and u < p(x)/q(x) + beta (1 - max p).");
+  ears.def(py::init([](double beta) { return Ears{as_float32(beta, "Ears beta")}; }), "beta"_a = 0.0)
       .def("__repr__", [](const Ears& r) { return "Ears(beta=" + number(r.beta) + ")"; });
-  bind_fsd<Fsd>(m, "Fsd", "Accept x iff p(x) > 0 and D(p, q) <= threshold; on rejection draw from p.");
-  bind_fsd<ReducibleFsd>(m, "ReducibleFsd",
+  float32_property(ears, "beta", "Ears beta", &Ears::beta);
+  bind_fsd<Fsd>(m, "Fsd", "Fsd threshold", "Accept x iff p(x) > 0 and D(p, q) <= threshold; on rejection draw from p.");
+  bind_fsd<ReducibleFsd>(m, "ReducibleFsd", "ReducibleFsd threshold",
                          "Accept x iff (p(x) > 0 and D(p, q) < threshold) or the Standard test.");
 
-  py::class_<PySprinter>(m, "Sprinter",
-                         "Accept x without the target test iff p(x) > 0 and verifier_scores[i] >= eta,\n"
-                         "else the Standard test. verifier_scores: float32 [N], like draft_tokens.")
-      .def(py::init([](float eta, py::object scores) {
-             return PySprinter{eta, as_array(scores, "Sprinter.verifier_scores", Elem::float32, 1,
-                                             false, true)};
+  py::class_<PySprinter> sprinter(m, "Sprinter",
+                                  "Accept x without the target test iff p(x) > 0 and verifier_scores[i] >= eta,\n"
+                                  "else the Standard test. verifier_scores: float32 [N], like draft_tokens.");
+  float32_property(sprinter, "eta", "Sprinter eta", &PySprinter::eta);
+  sprinter
+      .def(py::init([](double eta, py::object scores) {
+             return PySprinter{as_float32(eta, "Sprinter eta"),
+                               as_array(scores, "Sprinter.verifier_scores", Elem::float32, 1, false, true)};
            }),
-           "eta"_a = 0.5f, "verifier_scores"_a = py::none())
-      .def_readwrite("eta", &PySprinter::eta)
+           "eta"_a = 0.5, "verifier_scores"_a = py::none())
       // Read-only: replacing an array while verify runs without the GIL would free it.
       .def_property_readonly("verifier_scores",
                              [](const PySprinter& s) { return source_or_none(s.verifier_scores); })
       .def("__repr__", [](const PySprinter& s) { return "Sprinter(eta=" + number(s.eta) + ", ...)"; });
 
-  py::class_<PySpecDecPP>(m, "SpecDecPP",
-                          "Cut each chain after the first j with 1 - prod accept_probs[..j] > threshold,\n"
-                          "then verify what is left with `inner` (any other rule). Chains only.\n"
-                          "accept_probs: float32 [N], like draft_tokens.")
-      .def(py::init([](float threshold, py::object accept_probs, py::object inner) {
+  py::class_<PySpecDecPP> specdecpp(m, "SpecDecPP",
+                                    "Cut each chain after the first j with 1 - prod accept_probs[..j] > threshold,\n"
+                                    "then verify what is left with `inner` (any other rule). Chains only.\n"
+                                    "accept_probs: float32 [N], like draft_tokens.");
+  float32_property(specdecpp, "threshold", "SpecDecPP threshold", &PySpecDecPP::threshold);
+  specdecpp
+      .def(py::init([](double threshold, py::object accept_probs, py::object inner) {
              if (inner.is_none()) inner = py::cast(Standard{});
              if (!is_inner_rule(inner)) {
                throw py::type_error(std::string("specverify: SpecDecPP.inner must be one of ") +
                                     kInnerRuleNames + ", got " +
                                     std::string(py::str(py::type::handle_of(inner).attr("__name__"))));
              }
-             return PySpecDecPP{threshold, as_array(accept_probs, "SpecDecPP.accept_probs",
-                                                    Elem::float32, 1, false, true),
+             return PySpecDecPP{as_float32(threshold, "SpecDecPP threshold"),
+                                as_array(accept_probs, "SpecDecPP.accept_probs", Elem::float32, 1, false, true),
                                 inner};
            }),
-           "threshold"_a = 0.5f, "accept_probs"_a = py::none(), "inner"_a = py::none())
-      .def_readwrite("threshold", &PySpecDecPP::threshold)
+           "threshold"_a = 0.5, "accept_probs"_a = py::none(), "inner"_a = py::none())
       .def_property_readonly("accept_probs",
                              [](const PySpecDecPP& s) { return source_or_none(s.accept_probs); })
       .def_property_readonly("inner", [](const PySpecDecPP& s) { return s.inner; })

@@ -8,14 +8,39 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
+#include <string>
 #include <type_traits>
+#include <vector>
 
+#include "arrays.hpp"
 #include "verify_batch.hpp"
 
 namespace specverify::python {
 
+/// What a Python call returned, in one line and never its values: its type, with the dtype and
+/// shape of an array.
+inline std::string describe_returned(py::handle result) {
+  const py::handle type = py::type::handle_of(result);
+  const std::string module = py::str(type.attr("__module__"));
+  std::string text = (module == "builtins" ? "" : module + ".") + std::string(py::str(type.attr("__qualname__")));
+  if (py::hasattr(result, "dtype") && py::hasattr(result, "shape")) {
+    std::vector<std::int64_t> shape;
+    try {
+      const py::object extents = result.attr("shape");
+      for (const py::handle n : extents) shape.push_back(n.cast<std::int64_t>());
+      text += " of " + std::string(py::str(result.attr("dtype"))) + ", shape " + detail::describe_shape(shape);
+    } catch (const py::error_already_set&) {
+    } catch (const py::cast_error&) {
+    }
+  }
+  return text;
+}
+
 /// The C++ communicator over a Python callable, called with the GIL (verify runs without it).
+/// What fn returns is read as it is, never converted: a 1-D uint8 CPU array (NumPy, anything else
+/// with the buffer protocol, or a DLPack tensor) of ranks * bytes. Not bytes is a TypeError; the
+/// wrong number of them InvalidInput, the type the other ranks raise when the ranks disagree on
+/// their number (they see it in the gathered headers).
 struct PyCommunicator {
   const py::function* fn;
   std::int32_t ranks;
@@ -25,14 +50,25 @@ struct PyCommunicator {
     py::array_t<std::uint8_t> message(static_cast<py::ssize_t>(bytes));
     if (bytes) std::memcpy(message.mutable_data(), send, bytes);
     const py::object result = (*fn)(message);
-    const auto gathered = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(result);
     const std::size_t expected = bytes * static_cast<std::size_t>(ranks);
-    if (!gathered || gathered.ndim() != 1 || static_cast<std::size_t>(gathered.size()) != expected) {
-      throw py::value_error("specverify: all_gather returned " + std::string(py::repr(result)).substr(0, 200) +
-                            "; it must return a 1-D uint8 array of ranks * len(send) = " + std::to_string(expected) +
-                            " bytes, every rank's message in rank order");
+    const auto refuse = [&](const std::string& why) {
+      return "specverify: all_gather returned " + describe_returned(result) +
+             "; it must return a 1-D uint8 array of batch.shard.ranks * len(send) = " + std::to_string(ranks) +
+             " * " + std::to_string(bytes) + " = " + std::to_string(expected) +
+             " bytes, every rank's message in rank order" + why;
+    };
+    Array gathered;
+    try {
+      gathered = as_array(result, "all_gather's result", Elem::uint8, 1);
+    } catch (const py::type_error&) {
+      throw py::type_error(refuse(" (nothing is converted)"));
+    } catch (const invalid_input& e) {
+      const std::string what = e.what();
+      throw invalid_input(refuse(" (" + what.substr(what.find(": ") + 2) + ")"));
     }
-    if (expected) std::memcpy(recv, gathered.data(), expected);
+    expect_host(gathered, "all_gather's result", "verify(..., all_gather=fn)");
+    if (static_cast<std::size_t>(gathered.shape[0]) != expected) throw invalid_input(refuse(""));
+    if (expected) std::memcpy(recv, gathered.data, expected);
   }
 };
 

@@ -14,34 +14,12 @@ import pytest
 import specverify as sv
 from conftest import Chains, gpu_available, needs_gpu
 from sharded_cases import CASES, batch_of
+from dlpack_structs import DLDataType, DLDevice, DLManagedTensor, DLTensor, capsule
 
 kDLCPU, kDLCUDA = 1, 2
 
 
 # --- DLPack capsules that claim a CUDA device, for the checks made before any memory is read ---
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-class DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-
 
 class ClaimsCuda:
     """`a`'s shape and dtype, exported through DLPack as if it were on CUDA device `device`."""
@@ -59,7 +37,7 @@ class ClaimsCuda:
         return (kDLCUDA, self.device)
 
     def __dlpack__(self, stream=None):
-        return _capsule_new(ctypes.addressof(self.managed), b"dltensor", None)
+        return capsule(self.managed)
 
 
 def small_chains():

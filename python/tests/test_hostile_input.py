@@ -1,6 +1,8 @@
 """A careless or hostile caller (issue 20): arrays resized or rewritten after construction or during
 a call, outputs over inputs, parameters that do not fit, torch views whose memory holds other
 values, and errors whose messages must say what is wrong in one line."""
+import ctypes
+import re
 import threading
 
 import numpy as np
@@ -8,6 +10,8 @@ import pytest
 import specverify as sv
 
 from conftest import Chains
+from sharded_cases import CASES, bounds, run
+from dlpack_structs import DLDataType, DLDevice, DLManagedTensor, DLTensor, capsule
 
 
 @pytest.fixture
@@ -169,6 +173,11 @@ def test_outputs_over_inputs_or_each_other_are_refused(chains):
     ("temperature", 1e39, sv.InvalidInput, "temperature = 1e\\+39 does not fit in float32"),
     ("top_p", np.array([0.5, -1e300, 1.0]), sv.InvalidInput, "top_p = -1e\\+300 does not fit in float32"),
     ("min_p", "0.1", TypeError, "min_p must be a real number"),
+    ("temperature", 1e40, sv.InvalidInput, r"temperature = 1e\+40 does not fit in float32 \(it would round to inf\)"),
+    ("repetition_penalty", 1e-50, sv.InvalidInput,
+     r"repetition_penalty = 1e-50 does not fit in float32 \(it would round to 0\)"),
+    ("presence_penalty", np.array([1.0, -1e-46, 0.0]), sv.InvalidInput,
+     r"presence_penalty = -1e-46 does not fit in float32 \(it would round to 0\)"),
 ])
 def test_sampling_params_refuse_values_that_do_not_fit(field, value, error, message):
     with pytest.raises(error, match=message):
@@ -182,6 +191,53 @@ def test_sampling_params_keep_values_that_fit():
     assert params["temperature"][0] == np.float32(0.7)
     assert np.isinf(params["top_p"]).all()  # out of range, but representable: verify names it
     assert (params["min_p"] == 0).all()
+    tiny = sv.sampling_params(1, repetition_penalty=1e-40)  # a float32 subnormal: rounded, not lost
+    assert tiny["repetition_penalty"][0] == np.float32(1e-40) != 0
+
+
+def set_field(obj, field, value):
+    setattr(obj, field, value)
+    return obj
+
+
+# Every float32 parameter taken from a Python float, by constructor or by attribute: a finite value
+# that float32 would make infinite or zero is refused, as sampling_params refuses it.
+@pytest.mark.parametrize("make, message", [
+    (lambda: sv.SamplingParams(temperature=1e40), "SamplingParams temperature = 1e+40"),
+    (lambda: sv.SamplingParams(top_p=-1e39), "SamplingParams top_p = -1e+39"),
+    (lambda: sv.SamplingParams(min_p=1e-300), "SamplingParams min_p = 1e-300"),
+    (lambda: sv.SamplingParams(repetition_penalty=1e-50), "SamplingParams repetition_penalty = 1e-50"),
+    (lambda: sv.SamplingParams(presence_penalty=3.5e38), "SamplingParams presence_penalty = 3.5e+38"),
+    (lambda: sv.SamplingParams(frequency_penalty=-1e-46), "SamplingParams frequency_penalty = -1e-46"),
+    (lambda: set_field(sv.SamplingParams(), "temperature", 1e40), "SamplingParams temperature = 1e+40"),
+    (lambda: set_field(sv.SamplingParams(), "repetition_penalty", 1e-50), "SamplingParams repetition_penalty = 1e-50"),
+    (lambda: sv.Ears(beta=1e39), "Ears beta = 1e+39"),
+    (lambda: set_field(sv.Ears(), "beta", 1e-50), "Ears beta = 1e-50"),
+    (lambda: sv.Fsd(threshold=1e-60), "Fsd threshold = 1e-60"),
+    (lambda: set_field(sv.ReducibleFsd(), "threshold", 1e40), "ReducibleFsd threshold = 1e+40"),
+    (lambda: sv.Sprinter(eta=1e300), "Sprinter eta = 1e+300"),
+    (lambda: set_field(sv.Sprinter(), "eta", 1e-300), "Sprinter eta = 1e-300"),
+    (lambda: sv.SpecDecPP(threshold=-1e-300), "SpecDecPP threshold = -1e-300"),
+    (lambda: set_field(sv.SpecDecPP(), "threshold", 1e39), "SpecDecPP threshold = 1e+39"),
+])
+def test_float32_parameters_refuse_values_that_do_not_fit(make, message):
+    rounds_to = "0" if "e-" in message else "inf"
+    with pytest.raises(sv.InvalidInput) as error:
+        make()
+    assert str(error.value) == f"specverify: {message} does not fit in float32 (it would round to {rounds_to})"
+
+
+def test_float32_parameters_keep_values_that_fit():
+    p = sv.SamplingParams(temperature=0.7, top_k=3, top_p=float("inf"), min_p=float("nan"), repetition_penalty=1e-40,
+                          presence_penalty=-0.0, frequency_penalty=3.4e38)
+    assert p.temperature == np.float32(0.7) and p.top_k == 3
+    assert np.isinf(p.top_p) and np.isnan(p.min_p)  # out of range, but representable: verify names them
+    assert p.repetition_penalty == np.float32(1e-40) != 0  # a float32 subnormal: rounded, not lost
+    assert p.presence_penalty == 0 and p.frequency_penalty == np.float32(3.4e38)
+    p.temperature = 2
+    assert p.temperature == 2.0
+    assert sv.Ears(beta=0.1).beta == np.float32(0.1) and sv.Fsd(threshold=0).threshold == 0
+    assert sv.SpecDecPP(threshold=float("inf")).threshold == float("inf")
 
 
 # ---- torch views whose memory holds other values.
@@ -219,3 +275,134 @@ def test_torch_errors_are_one_line(chains):
         with pytest.raises(sv.InvalidInput, match=message) as error:
             sv.ChainBatch(target_probs=target, **kwargs)
         assert "\n" not in str(error.value), str(error.value)
+
+
+# ---- A negative shape (a DLPack exporter may claim one) is named as such.
+
+class ClaimsShape:
+    """`a`'s memory and dtype on the CPU, exported through DLPack with another shape (and the given
+    strides in elements, or none: compact row-major)."""
+
+    def __init__(self, a, shape, strides=None):
+        self.a = np.ascontiguousarray(a)
+        self.shape = (ctypes.c_int64 * len(shape))(*shape)
+        self.strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
+        code = {"i": 0, "u": 1, "f": 2}[self.a.dtype.kind]
+        self.managed = DLManagedTensor(DLTensor(self.a.ctypes.data, DLDevice(1, 0), len(shape),
+                                                DLDataType(code, self.a.itemsize * 8, 1), self.shape,
+                                                self.strides, 0), None, None)
+
+    def __dlpack__(self, stream=None):
+        return capsule(self.managed)
+
+
+@pytest.mark.parametrize("name, shape, strides, shown", [
+    ("draft_tokens", (-5,), None, "(-5,)"),
+    ("draft_tokens", (-5,), (1,), "(-5,)"),
+    ("target_probs", (8, -8), None, "(8, -8)"),
+    ("target_probs", (-8, 8), (8, 1), "(-8, 8)"),
+])
+def test_a_negative_shape_is_named(chains, name, shape, strides, shown):
+    kwargs = dict(draft_offsets=chains.offsets, draft_tokens=chains.tokens, target_probs=chains.p)
+    kwargs[name] = ClaimsShape(kwargs[name], shape, strides)
+    with pytest.raises(sv.InvalidInput) as error:
+        sv.ChainBatch(**kwargs)
+    assert str(error.value) == f"specverify: {name} has a negative shape {shown} (every extent must be >= 0)"
+
+
+# ---- all_gather's result: a 1-D uint8 array of ranks * len(send) bytes, read as it is.
+
+def gather_message(result):
+    """The error rank 0 of two gets when its all_gather returns result(both ranks' messages), and the
+    length of the message it sent."""
+    case = CASES["standard"]
+    sent = []
+
+    def all_gather(send):
+        sent.append(send.size)
+        return result(np.concatenate([send, send]))
+
+    with pytest.raises((TypeError, ValueError)) as error:
+        run(sv, case, 0, case["V"], 0, 2, all_gather)
+    return error, sent[0]
+
+
+@pytest.mark.parametrize("result, error, shown", [
+    (lambda both: [int(b) + 256 for b in both], TypeError, "list"),  # wrapped to bytes, they would pass
+    (lambda both: [float(b) for b in both], TypeError, "list"),
+    (lambda both: both.astype(np.int64), TypeError, "numpy.ndarray of int64, shape ({2n},)"),
+    (lambda both: both.astype(np.float32), TypeError, "numpy.ndarray of float32, shape ({2n},)"),
+    (lambda both: both.astype(np.int8), TypeError, "numpy.ndarray of int8, shape ({2n},)"),
+    (lambda both: both.tobytes().decode("latin-1"), TypeError, "str"),
+    (lambda both: both.reshape(2, -1), sv.InvalidInput, "numpy.ndarray of uint8, shape (2, {n})"),
+    (lambda both: np.zeros((2, 5000), np.uint8), sv.InvalidInput, "numpy.ndarray of uint8, shape (2, 5000)"),
+    (lambda both: both[: both.size // 2], sv.InvalidInput, "numpy.ndarray of uint8, shape ({n},)"),
+])
+def test_a_gather_that_is_not_ranks_times_the_bytes_in_uint8_is_named_in_one_line(result, error, shown):
+    raised, n = gather_message(result)
+    assert raised.type is error, str(raised.value)
+    shown = shown.format(n=n, **{"2n": 2 * n})
+    assert str(raised.value).startswith(
+        f"specverify: all_gather returned {shown}; it must return a 1-D uint8 array of batch.shard.ranks * "
+        f"len(send) = 2 * {n} = {2 * n} bytes, every rank's message in rank order"), str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("wrap", ["bytes", "torch"])
+def test_a_gather_of_uint8_bytes_in_another_container_is_read(wrap):
+    """What the buffer protocol or DLPack shows as 1-D uint8 is read in place, as an array is."""
+    if wrap == "torch":
+        torch = pytest.importorskip("torch")
+        convert = torch.from_numpy
+    else:
+        convert = np.ndarray.tobytes
+    case = CASES["standard"]
+    want = run(sv, case, 0, case["V"], 0, 1, None)
+    ranks, cuts = 2, bounds(case["V"], 2)
+    staged, barrier, got = [None] * ranks, threading.Barrier(ranks, timeout=60), [None] * ranks
+
+    def rank_main(r):
+        def all_gather(send):
+            staged[r] = send.copy()
+            barrier.wait()
+            out = convert(np.concatenate(staged))
+            barrier.wait()
+            return out
+        got[r] = run(sv, case, cuts[r], cuts[r + 1], r, ranks, all_gather)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for r in range(ranks):
+        assert all(got[r][k].tobytes() == want[k].tobytes() for k in want), f"rank {r}"
+
+
+def test_ranks_that_disagree_on_their_number_raise_the_same_type():
+    """Rank 1 says there are three ranks where two gather: it gets two ranks' bytes for three, rank 0
+    a header from a rank of three. Both are the caller's InvalidInput, not one of them another error."""
+    case = CASES["standard"]
+    cuts = bounds(case["V"], 2)
+    staged, barrier, errors = [None, None], threading.Barrier(2, timeout=60), [None, None]
+
+    def rank_main(r, ranks):
+        def all_gather(send):
+            staged[r] = send.copy()
+            barrier.wait()
+            out = np.concatenate(staged)
+            barrier.wait()
+            return out
+        try:
+            run(sv, case, cuts[r], cuts[r + 1], r, ranks, all_gather)
+        except Exception as e:  # noqa: BLE001 - the type is what is checked
+            errors[r] = e
+
+    threads = [threading.Thread(target=rank_main, args=(0, 2)), threading.Thread(target=rank_main, args=(1, 3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert [type(e) for e in errors] == [sv.InvalidInput, sv.InvalidInput], [repr(e) for e in errors]
+    assert "rank 1" in str(errors[0])  # the sharded verify's finding, in its words
+    assert "batch.shard.ranks * len(send) = 3 *" in str(errors[1])

@@ -274,6 +274,106 @@ def test_flashinfer_first_token_follows_p(rng):
     assert chi_square(counts, p0 / p0.sum()) < chi_square_bound(V - 1)
 
 
+def test_flashinfer_takes_int64_ids(rng, module):
+    """FlashInfer's own tests draw draft_token_ids with torch.randint: int64 ids are read exactly."""
+    c = Padded(rng, [3] * 6, 3, 20)
+    want = sv.padded.chain_speculative_sampling(c.q, c.ids, c.p, seed=3, offset=1)
+    ids = to(module, c.ids.astype(np.int64))
+    got = sv.padded.chain_speculative_sampling(to(module, c.q), ids, to(module, c.p), seed=3, offset=1)
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(as_numpy(x), y)
+    np.testing.assert_array_equal(as_numpy(ids), c.ids)
+
+
+@pytest.mark.parametrize("value", [2**40, -(2**40), 2**31, -(2**31) - 1, 2**31 - 1, -(2**31), 20, -1])
+def test_flashinfer_int64_ids_out_of_range_name_the_position(rng, module, value):
+    """Never narrowed into range: an id outside [0, V) is named where it is, as an int32 id is."""
+    c = Padded(rng, [3] * 3, 3, 20)
+    ids = c.ids.astype(np.int64)
+    ids[1, 2] = value
+    accepted = to(module, np.full(3, 7, np.int32))
+    with pytest.raises(sv.InvalidInput) as error:
+        sv.padded.chain_speculative_sampling(to(module, c.q), to(module, ids), to(module, c.p), accepted, seed=3)
+    assert str(error.value) == f"specverify::verify: sequence 1, position 2: draft token {value} is outside [0, 20)"
+    assert (as_numpy(accepted) == 7).all()
+
+
+def test_flashinfer_int64_ids_name_the_first_out_of_range(rng, module):
+    c = Padded(rng, [3] * 3, 3, 20)
+    ids = c.ids.astype(np.int64)
+    ids[2, 0] = 2**40
+    ids[1, 1] = 25
+    with pytest.raises(sv.InvalidInput, match=re.escape("sequence 1, position 1: draft token 25 is outside [0, 20)")):
+        sv.padded.chain_speculative_sampling(to(module, c.q), to(module, ids), to(module, c.p), seed=3)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.uint8, np.float32])
+def test_flashinfer_ids_of_another_dtype_are_refused(rng, module, dtype):
+    c = Padded(rng, [2] * 3, 2, 10)
+    ids = to(module, c.ids.astype(dtype))
+    with pytest.raises(TypeError, match=f"specverify: draft_token_ids must hold int32 or int64, got {ids.dtype}"):
+        sv.padded.chain_speculative_sampling(to(module, c.q), ids, to(module, c.p), seed=3)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(seed=1.5), TypeError, "seed must be an integer or a one-element integer array, got float 1.5"),
+    (dict(seed=np.float64(2.0)), TypeError, "seed must be an integer or a one-element integer array, got float64 2.0"),
+    (dict(offset=2.5), TypeError, "offset must be an integer or a one-element integer array, got float 2.5"),
+    (dict(seed=np.array([1.5], np.float32)), TypeError,
+     "seed must be an integer or a one-element integer array, got float32 1.5"),
+    (dict(seed="3"), TypeError, "seed must be an integer or a one-element integer array, got str '3'"),
+    (dict(seed=None, offset=True), TypeError, "offset must be an integer or a one-element integer array, got bool True"),
+    (dict(seed=-1), sv.InvalidInput, "seed = -1 does not fit in uint64"),
+    (dict(offset=2**64), sv.InvalidInput, "offset = 18446744073709551616 does not fit in uint64"),
+    (dict(seed=np.array([1, 2])), sv.InvalidInput, "seed must hold one value, got shape (2,)"),
+])
+def test_flashinfer_seed_and_offset_are_integers(rng, kwargs, error, message):
+    """Never truncated: seed=1.5 would run seed 1."""
+    c = Padded(rng, [2] * 3, 2, 10)
+    arguments = dict(seed=5, offset=0)
+    arguments.update(kwargs)
+    with pytest.raises(error) as raised:
+        sv.padded.chain_speculative_sampling(c.q, c.ids, c.p, **arguments)
+    assert str(raised.value) == f"specverify: {message}"
+
+
+def test_flashinfer_seed_tensors_are_integers(rng):
+    torch = pytest.importorskip("torch")
+    c = Padded(rng, [2] * 3, 2, 10)
+    q, ids, p = (torch.from_numpy(a) for a in (c.q, c.ids, c.p))
+    for seed, shown in [(torch.tensor([1.5]), "torch.float32 1.5"), (torch.tensor(2.0, dtype=torch.float64),
+                                                                     "torch.float64 2.0"),
+                        (torch.tensor([True]), "torch.bool True")]:
+        with pytest.raises(TypeError) as raised:
+            sv.padded.chain_speculative_sampling(q, ids, p, seed=seed, offset=torch.tensor([0]))
+        assert str(raised.value) == f"specverify: seed must be an integer or a one-element integer array, got {shown}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16, np.uint8])
+@pytest.mark.parametrize("which", ["maybe_output_accepted_token_num", "maybe_output_emitted_draft_token_num"])
+def test_flashinfer_counts_of_another_dtype_are_refused(rng, module, dtype, which):
+    """Counts are added in place: a float or narrower array would take them converted."""
+    c = Padded(rng, [2] * 3, 2, 10)
+    given = to(module, np.full(3, 7, dtype))
+    with pytest.raises(TypeError) as raised:
+        sv.padded.chain_speculative_sampling(to(module, c.q), to(module, c.ids), to(module, c.p), **{which: given},
+                                             seed=1)
+    assert str(raised.value) == (f"specverify: {which} must hold int32 or int64, got {given.dtype} "
+                                 f"(the counts are added to it in place)")
+    assert (as_numpy(given) == 7).all()
+
+
+def test_flashinfer_counts_accumulate_in_int64(rng, module):
+    c = Padded(rng, [3] * 4, 3, 12)
+    accepted, emitted = to(module, np.full(4, 2**40, np.int64)), to(module, np.zeros(4, np.int64))
+    _, passed, emitted_now = sv.padded.chain_speculative_sampling(to(module, c.q), to(module, c.ids), to(module, c.p),
+                                                                  accepted, emitted, seed=1)
+    _, p1, e1 = sv.padded.chain_speculative_sampling(c.q, c.ids, c.p, seed=1)
+    assert passed is accepted and emitted_now is emitted
+    np.testing.assert_array_equal(as_numpy(accepted), p1 + 2**40)
+    np.testing.assert_array_equal(as_numpy(emitted), e1)
+
+
 # --- On a GPU: CUDA tensors give the CPU's outputs, on their device ---
 
 def cuda_rule(rule_of, a, torch):

@@ -530,6 +530,40 @@ TEST(LogitsBadInput, CoupledWithDeviceRandomnessNeedsPositions) {
   EXPECT_NE(message.find("randomness.positions is null"), std::string::npos) << message;
 }
 
+TEST(LogitsBadInput, VocabularyPastTheLargestIsRefusedInTheCpusWords) {
+  // Past core::kMaxLogitsVocab a row's normaliser would leave its fixed-point word: refused on
+  // the host by its size, before any device work, so this runs anywhere (nothing is read).
+  const std::int32_t offsets[2] = {0, 1}, drafts[1] = {0};
+  const float logits[1] = {};
+  const SamplingParams params[1] = {};
+  LogitsChainBatch<float> batch;
+  batch.batch_size = 1;
+  batch.vocab_size = core::kMaxLogitsVocab + 1;
+  batch.draft_offsets = offsets;
+  batch.draft_tokens = drafts;
+  batch.target_logits = logits;
+  batch.target_params = params;
+  std::int32_t tokens[2] = {12345, 12345}, accepted[1] = {12345};
+  const ChainOutput out{tokens, 2, accepted};
+  std::string cpu_message, gpu_message;
+  try {
+    verify(Standard{}, batch, Randomness{1, 1}, out);
+  } catch (const invalid_input& e) {
+    cpu_message = e.what();
+  }
+  int placeholder = 0;
+  try {
+    (void)cuda::verify(Standard{}, batch, Randomness{1, 1}, out, cuda::Workspace{&placeholder, std::size_t{1} << 30},
+                       nullptr);
+  } catch (const invalid_input& e) {
+    gpu_message = e.what();
+  }
+  EXPECT_NE(cpu_message.find("vocab_size = 4194305 exceeds 4194304"), std::string::npos) << cpu_message;
+  EXPECT_EQ(gpu_message, cpu_message);
+  EXPECT_EQ(tokens[0], 12345);
+  EXPECT_EQ(accepted[0], 12345);
+}
+
 TEST(LogitsBadInput, NaNTargetLogitIsNamed) {
   REQUIRE_DEVICE();
   expect_same_error(small_case(), [](LogitsCase& c) { c.target[std::size_t(c.offsets[3] + 3) * c.V + 17] = NAN; });

@@ -10,6 +10,11 @@
 // vocabulary"): every rank returns or throws the same; where the unsharded verify succeeds on input
 // every pass of the sharded one reads as valid, the outputs are bit for bit the unsharded ones; where
 // either throws, no output changed.
+//
+// Run as fuzz_gathers (the same binary with SPECVERIFY_FUZZ_GATHERS=1 in its environment, as
+// ctest runs it), one all_gather of each call returns corrupt bytes, alike on every rank (a rank that sent garbage, as its peers all receive it): then every
+// rank still returns or throws the same, what it throws is invalid_input (anything else, an
+// over-read, a hang or a huge allocation is a finding), and what it returns are tokens of [0, V).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -31,6 +36,40 @@ namespace {
 using namespace specverify;
 using fuzz::kInf;
 using fuzz::kNaN;
+
+/// Whether this run is fuzz_gathers' (read once: libFuzzer calls the target from one thread).
+const bool kTamper = [] {
+  const char* mode = std::getenv("SPECVERIFY_FUZZ_GATHERS");
+  return mode != nullptr && std::strcmp(mode, "1") == 0;
+}();
+
+/// fuzz_gathers' corruption: at the rank's all_gather number `call`, `bytes` written over what it
+/// received from byte `at` on (wrapping).
+struct Tamper {
+  std::int32_t call = -1;
+  std::uint32_t at = 0;
+  std::vector<unsigned char> bytes;
+};
+
+/// A rank's communicator that applies a Tamper to what every all_gather returns.
+class TamperedCommunicator {
+ public:
+  TamperedCommunicator(ThreadGroup& group, std::int32_t rank, const Tamper& tamper)
+      : inner_(group.communicator(rank)), ranks_(group.ranks()), tamper_(&tamper) {}
+  void all_gather(const void* send, std::size_t bytes, void* recv) const {
+    inner_.all_gather(send, bytes, recv);
+    const std::size_t total = bytes * static_cast<std::size_t>(ranks_);
+    if (calls_++ != tamper_->call || total == 0) return;
+    auto* out = static_cast<unsigned char*>(recv);
+    for (std::size_t i = 0; i < tamper_->bytes.size(); ++i) out[(tamper_->at + i) % total] = tamper_->bytes[i];
+  }
+
+ private:
+  ThreadGroup::Communicator inner_;
+  std::int32_t ranks_;
+  const Tamper* tamper_;
+  mutable std::int32_t calls_ = 0;
+};
 
 float edge_value(FuzzedDataProvider& in) {
   static const float values[] = {0.0f, -0.0f, 1.0f, 0.5f, 1e-3f, FLT_MIN, 0x1p-149f, FLT_MAX, 1e30f, 3000.0f,
@@ -69,18 +108,24 @@ std::vector<float> slice_of(const std::vector<float>& rows, std::int32_t V, std:
 /// verify accepts it too, with the same outputs.
 template <class Rule, class BatchOf, class Capture>
 void expect_ranks(const Rule& rule, std::int32_t ranks, BatchOf batch_of, const Randomness& randomness,
-                  const Result& whole, Capture capture) {
+                  const Tamper& tamper, std::int32_t V, const Result& whole, Capture capture) {
   ThreadGroup group(ranks);
   std::vector<Result> results(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
   for (std::int32_t k = 0; k < ranks; ++k) {
     threads.emplace_back([&, batch = batch_of(k), k] {
-      results[k] = capture([&](const auto& out) { return verify(rule, batch, randomness, out, group.communicator(k)); });
+      const TamperedCommunicator comm(group, k, tamper);
+      results[k] = capture([&](const auto& out) { return verify(rule, batch, randomness, out, comm); });
     });
   }
   for (auto& t : threads) t.join();
   for (const Result& r : results) CHECK(r.same(results[0]));
-  if (results[0].error.empty()) CHECK(results[0].same(whole));
+  if (!results[0].error.empty()) return;
+  if (kTamper) {
+    for (const std::int32_t t : results[0].tokens) CHECK(t == kNoToken || (t >= 0 && t < V), t, V);
+  } else {
+    CHECK(results[0].same(whole));
+  }
 }
 
 /// The rest of an input after the batch: Coupled's positions, a split of [0, V) over 1 to 5 ranks
@@ -89,6 +134,7 @@ struct Split {
   std::vector<std::int64_t> positions;
   std::vector<std::int32_t> cuts{0};
   Randomness randomness;
+  Tamper tamper;  // fuzz_gathers' (none in fuzz_sharded)
 
   Split(FuzzedDataProvider& in, std::int32_t B, std::int32_t V) : positions(static_cast<std::size_t>(B)) {
     for (auto& x : positions) x = in.ConsumeIntegral<std::uint16_t>();
@@ -98,6 +144,11 @@ struct Split {
     std::sort(cuts.begin(), cuts.end());
     randomness = {in.ConsumeIntegral<std::uint64_t>(), in.ConsumeIntegral<std::uint32_t>()};
     randomness.positions = positions.data();
+    if (kTamper) {
+      tamper.call = in.ConsumeIntegralInRange<std::int32_t>(0, 15);
+      tamper.at = in.ConsumeIntegral<std::uint32_t>();
+      tamper.bytes = in.ConsumeBytes<unsigned char>(in.ConsumeIntegralInRange<std::size_t>(1, 16));
+    }
   }
 };
 
@@ -194,7 +245,7 @@ void run_logits(const Rule& rule, FuzzedDataProvider& in, Batch whole_batch, std
     if (guided && size) batch.unconditional_logits = us[k].data();
     batch.shard = {k, ranks, start, size};
     return batch;
-  }, split.randomness, whole, capture);
+  }, split.randomness, split.tamper, V, whole, capture);
 }
 
 template <class Rule>
@@ -247,7 +298,7 @@ void run(const Rule& rule, FuzzedDataProvider& in) {
     if (!one_hot && size) batch.draft_probs = qs[k].empty() ? ps[k].data() : qs[k].data();
     batch.shard = {k, ranks, start, size};
     return batch;
-  }, randomness, whole, capture);
+  }, randomness, split.tamper, V, whole, capture);
 }
 
 /// As run() over a batch of trees: up to 6 nodes per sequence under random parents, drafted in any
@@ -317,7 +368,7 @@ void run_tree(const Rule& rule, FuzzedDataProvider& in) {
     batch.draft_probs = with_q && size ? qs[k].data() : nullptr;
     batch.shard = {k, ranks, start, size};
     return batch;
-  }, randomness, whole, capture);
+  }, randomness, split.tamper, V, whole, capture);
 }
 
 }  // namespace

@@ -74,6 +74,7 @@ enum class Check : std::uint8_t {
   penalised_logit,    // name: the row's kind, a: the row, c: the index, value: after steps 2-3, other: before
   draft_count,        // a: a padded chain's num_draft_tokens[b], c: its draft slots (core/padded_chain.hpp)
 };
+inline constexpr Check kLastCheck = Check::draft_count;  // a new check goes above and here
 
 /// The stages of the order above: a lower stage is reported first.
 /// Batches of logits check their sampling inputs after every sequence's: params (per sequence),
@@ -97,6 +98,13 @@ struct Finding {
   char name[40] = {};
 
   SPECVERIFY_HD explicit operator bool() const { return check != Check::none; }
+  /// Whether a finding that came from elsewhere (a peer rank's message) is one a check could have
+  /// made: a check, its enums in range, its name terminated.
+  SPECVERIFY_HD bool well_formed() const {
+    bool terminated = false;
+    for (const char c : name) terminated = terminated || c == '\0';
+    return check != Check::none && check <= kLastCheck && stage <= Stage::walk && place <= Place::root && terminated;
+  }
   /// Lower ranks are reported first: by stage, then by sequence.
   SPECVERIFY_HD std::uint64_t rank() const {
     return (std::uint64_t(stage) << 32) | std::uint32_t(sequence);

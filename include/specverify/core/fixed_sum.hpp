@@ -11,9 +11,9 @@
 //   The roundings are double additions of kMagic = 1.5 * 2^52 (t + kMagic - kMagic rounds t to an
 //   integer for |t| < 2^51): two IEEE roundings per term, identical in scalar, SIMD and CUDA code.
 //
-// Domain: |t| < 2^10 per term and |sum| < 2^22; callers scale rows outside it, and rows whose
-// largest term lies below 2^-32, by a power of two first (fixed_scale). Terms below 2^-81 of that
-// scale count as 0.
+// Domain: |t| < 2^10 per term and |sum| <= 2^22 (the hi word holds sums below 2^23); callers
+// scale rows outside it, and rows whose largest term lies below 2^-32, by a power of two first
+// (fixed_scale). Terms below 2^-81 of that scale count as 0.
 // Accuracy: each term moves by at most 2^-81, so n terms by at most n 2^-81: for V = 2^20 a sum
 // is within 2^-61 (4.3e-19) absolute of the exact sum of its terms. A draw whose weights total M
 // follows them within V 2^-81 / M in total variation: below 1e-6 for M >= 4.4e-13 at V = 2^20.
@@ -140,6 +140,9 @@ struct FixedSum {
     hi = wrapping_add(hi, lo >> 40);  // arithmetic shift: floor division by 2^40
     lo &= kFixedLoMask;
   }
+
+  /// Whether the words are in canonical form (every sum carry() leaves is).
+  SPECVERIFY_HD bool canonical() const { return lo >= 0 && lo <= kFixedLoMask; }
 
   SPECVERIFY_HD bool positive() const { return hi > 0 || (hi == 0 && lo > 0); }
 

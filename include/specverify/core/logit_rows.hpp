@@ -125,6 +125,14 @@ struct LogitRow {
                                           //   for every row index i the lists name (others skip the read)
 };
 
+/// The largest vocabulary a row of logits may have. Its normaliser sums up to V weights of at
+/// most 1 (the max weighs exactly 1) on FixedSum's coarse grid at scale 1, as every backend and
+/// every rank's slice sums it: FixedSum's hi word overflows at 2^23, and 2^22 keeps the sum in
+/// FixedSum's domain. Each weight rounds by at most 2^-41, so the normaliser (at least 1) is
+/// within V 2^-41 relative: 4.8e-7 at V = 2^20, 1.9e-6 at this limit. Larger rows are refused on
+/// every backend, never summed past the word.
+inline constexpr std::int32_t kMaxLogitsVocab = std::int32_t{1} << 22;
+
 /// The size of a row's list filter (LogitRow::may_be_listed): a few thousand listed tokens leave
 /// most bits clear.
 inline constexpr std::int32_t kListFilterWords = 1024, kListFilterBits = 32 * kListFilterWords;

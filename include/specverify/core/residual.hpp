@@ -27,7 +27,43 @@ struct Siblings {
   std::int32_t* token{};     // [capacity]: c_1 .. c_steps
   double* scale{};           // [capacity]: q_i = scale_i * q off the earlier siblings (without replacement)
   double* inv_mass{};        // [capacity]: 1 / Z_i
-  std::int32_t* sorted{};    // [capacity + 1] or nullptr: scratch where a backend may sort the tokens
+  // One-hot drafts and without replacement (Residual::tracked), where r at a sibling's token
+  // cannot be collapsed: what the steps one by one leave there, kept step by step.
+  double* left{};            // [capacity]: at c_i's first entry, r at c_i after every absorbed step
+  std::int32_t* live{};      // [capacity]: the entries whose `left` is not 0 (0 stays 0)
+  // Optional, all three or none, over the row's tokens (and one past them): siblings found
+  // without a scan. The residual clears the bits at its first sibling (one residual at a time
+  // holds the room); `first` is read only where v is marked.
+  std::int32_t words = 0;    // of marks and of zeros
+  std::uint64_t* marks{};    // [words] or nullptr: bit v set for every sibling token v
+  std::uint64_t* zeros{};    // [words]: bit v set once r(v) is 0 for good
+  std::int32_t* first{};     // [vocab + 1]: the first entry of token v, where v is marked
+
+  /// The first i < end with token[i] == v, or -1, for end <= the entries marked (no bit is read
+  /// before the first entry: the residual clears them as it absorbs it).
+  SPECVERIFY_HD std::int32_t find(std::int32_t v, std::int32_t end) const {
+    if (marks) return end > 0 && (marks[v >> 6] >> (v & 63)) & 1 ? first[v] : -1;
+    for (std::int32_t i = 0; i < end; ++i) {
+      if (token[i] == v) return i;
+    }
+    return -1;
+  }
+  /// No sibling marked yet.
+  SPECVERIFY_HD void clear() {
+    for (std::int32_t w = 0; marks && w < words; ++w) marks[w] = zeros[w] = 0;
+  }
+  /// Makes entry i, written, found by its token (siblings marked in index order).
+  SPECVERIFY_HD void mark(std::int32_t i) {
+    const std::int32_t v = token[i];
+    if (!marks || find(v, i) >= 0) return;
+    marks[v >> 6] |= std::uint64_t{1} << (v & 63);
+    first[v] = i;
+  }
+  /// Entry i's r (its token's first entry) came to 0, where it stays.
+  SPECVERIFY_HD void settle(std::int32_t i) {
+    const std::int32_t v = token[i];
+    if (zeros) zeros[v >> 6] |= std::uint64_t{1} << (v & 63);
+  }
 };
 
 /// Fixed room for N siblings, for rows that cannot grow (a CUDA block: each thread keeps a copy).
@@ -36,7 +72,16 @@ struct FixedSiblings {
   std::int32_t token[N];
   double scale[N];
   double inv_mass[N];
-  SPECVERIFY_HD Siblings room() { return {N, token, scale, inv_mass, nullptr}; }
+  double left[N];
+  std::int32_t live[N];
+  SPECVERIFY_HD Siblings room() { return {N, token, scale, inv_mass, left, live}; }
+};
+
+/// The collapse's running sums over the absorbed steps (see Residual::collapse), kept by
+/// Residual::absorb so that no weight loops over the steps: S and P, and the least and largest P
+/// on the way (P_1 = s, P_2, ..., P), which Residual::below_one's bound needs.
+struct StepSums {
+  double shift = 0, scale = 1, low = 1, high = 1;
 };
 
 template <class View>
@@ -47,23 +92,22 @@ struct Residual {
   Drafted drafted = Drafted::sampled;
   std::int32_t steps = 0;  // siblings absorbed so far, in `siblings`
   Siblings siblings{};     // token, scale, inv_mass of c_1 .. c_steps
+  StepSums sums{};         // over c_1 .. c_steps (read where steps > 0)
+  std::int32_t live = 0;   // siblings.live[0 .. live)
   double removed = 0;                  // q(c_1) + ... + q(c_steps), for the without-replacement scale
   double q_total = 1;                  // sum_v q(v), summed at the first absorb (without replacement):
                                        //   1 - removed is rounding noise once siblings hold most of q
 
   SPECVERIFY_HD bool plain() const { return steps == 0; }
+  /// Whether a sibling's token takes the steps one by one (see weight()): its q_i are not c_i q.
+  SPECVERIFY_HD bool tracked() const { return !has_q || drafted == Drafted::sampled_without_replacement; }
 
   /// q_i at v, i = 0 .. steps (i == steps: the draft under test now, child `current`).
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD double q_at(Rows& rows, std::int32_t i, std::int32_t current, std::int32_t v) const {
-    const std::int32_t c = i < steps ? siblings.token[i] : current;
-    if (!has_q) return v == c ? 1.0 : 0.0;
-    if (drafted != Drafted::sampled_without_replacement) return rows.value(q, v);
-    for (std::int32_t s = 0; s < i; ++s) {
-      if (siblings.token[s] == v) return 0.0;
-    }
-    return (i < steps ? siblings.scale[i] : current_scale()) * rows.value(q, v);
+    const bool without = has_q && drafted == Drafted::sampled_without_replacement;
+    return q_step(rows, i, current, v, without ? siblings.find(v, steps) : -1);
   }
   SPECVERIFY_HD double current_scale() const { return removed < q_total ? 1.0 / (q_total - removed) : 0.0; }
 
@@ -78,12 +122,9 @@ struct Residual {
   };
   SPECVERIFY_HD Collapse collapse(std::int32_t current) const {
     Collapse c;
-    c.scale = p_scale;
+    c.scale = steps > 0 ? sums.scale : p_scale;
+    c.shift = steps > 0 ? sums.shift : 0.0;
     const bool without = drafted == Drafted::sampled_without_replacement;
-    for (std::int32_t s = 0; s < steps; ++s) {
-      if (has_q) c.shift += (without ? siblings.scale[s] : 1.0) / c.scale;
-      c.scale *= siblings.inv_mass[s];
-    }
     if (current >= 0 && has_q) c.shift += (without ? current_scale() : 1.0) / c.scale;
     c.usable = c.scale > 0.0 && c.scale <= 1.7976931348623157e308 && c.shift <= 1.7976931348623157e308;
     return c;
@@ -98,41 +139,28 @@ struct Residual {
     return steps > 0 && !(b <= 2.0) ? 2.0 : b;
   }
 
-  /// Whether v takes the steps one by one: a token whose q_i are not c_i q (one-hot drafts: the
-  /// siblings and the current one; without replacement: the absorbed siblings).
-  SPECVERIFY_HD bool special(std::int32_t current, std::int32_t v) const {
-    if (has_q && drafted != Drafted::sampled_without_replacement) return false;
-    if (!has_q && v == current) return true;
-    for (std::int32_t s = 0; s < steps; ++s) {
-      if (siblings.token[s] == v) return true;
-    }
-    return false;
-  }
-
   /// The weight of v in the draw (or mass) after rejecting `current`: max(r(v) - q_current(v), 0),
   /// or r(v) itself for current = kNoToken. One definition, element by element, for every backend
   /// and instruction set (a backend computes it lane by lane with these roundings):
-  ///   no sibling absorbed, or v special, or the collapse unusable: the steps one by one,
-  ///     r_1 = s p, then r_i - q_i with one rounding (a fused multiply-add) at each step;
+  ///   no sibling absorbed, or v special (a tracked sibling's token, or a one-hot draft's
+  ///     rejected token), or the collapse unusable: the steps one by one, r_1 = s p, then r_i - q_i
+  ///     with one rounding (a fused multiply-add) at each step;
   ///   otherwise the collapse: max(p - S q, 0) P, p - S q with one rounding.
+  /// The steps one by one cost O(1) all the same where v is special: a sibling's r is kept as the
+  /// steps come (siblings.left), and a one-hot draft's rejected token that no sibling carries
+  /// comes to 0 wherever below_one shows it (the steps are taken only where it cannot).
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD double weight(Rows& rows, std::int32_t current, std::int32_t v, const Collapse& c) const {
-    if (steps > 0 && c.usable && !special(current, v)) {
+    const std::int32_t j = tracked() ? siblings.find(v, steps) : -1;
+    if (j >= 0) return finish(rows, current, v, j, siblings.left[j], siblings.inv_mass[steps - 1]);
+    if (steps > 0 && c.usable && (has_q || v != current)) {
       const double pv = rows.value(p, v);
       if (!has_q) return pv * c.scale;
       const double d = fused(-c.shift, static_cast<double>(rows.value(q, v)), pv);
       return d > 0 ? d * c.scale : 0.0;
     }
-    double a = p_scale, b = rows.value(p, v);  // r = a b, held unrounded across each step
-    for (std::int32_t s = 0; s < steps; ++s) {
-      const double d = fused(a, b, -q_at(rows, s, -1, v));
-      a = d > 0 ? d : 0.0;
-      b = siblings.inv_mass[s];
-    }
-    if (current < 0) return a * b;
-    const double d = fused(a, b, -q_at(rows, steps, current, v));
-    return d > 0 ? d : 0.0;
+    return fresh(rows, current, v, c);
   }
 
   /// r(v), the residual the tests of the next sibling compare against.
@@ -146,7 +174,10 @@ struct Residual {
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD void absorb(Rows& rows, std::int32_t current, double z) {
+    if (steps == 0 && tracked()) siblings.clear();
+    siblings.token[steps] = current;
     siblings.scale[steps] = current_scale();  // the scale the mass z was computed with
+    if (tracked()) track(rows, current);
     if (has_q && drafted == Drafted::sampled_without_replacement) {
       if (steps == 0) {  // the q row's mass, by the backend's mass pass over q as a residual
         Residual<View> row;
@@ -155,9 +186,104 @@ struct Residual {
       }
       removed += rows.value(q, current);
     }
-    siblings.token[steps] = current;
     siblings.inv_mass[steps] = 1.0 / z;
+    if (tracked()) siblings.mark(steps);
+    // The collapse's sums, step by step as its definition takes them.
+    if (steps == 0) sums = {0.0, p_scale, p_scale, p_scale};
+    if (has_q) sums.shift += (drafted == Drafted::sampled_without_replacement ? siblings.scale[steps] : 1.0) / sums.scale;
+    sums.scale *= siblings.inv_mass[steps];
+    sums.low = sums.scale < sums.low ? sums.scale : sums.low;
+    sums.high = sums.scale > sums.high ? sums.scale : sums.high;
     ++steps;
+  }
+
+  /// Marks the siblings of a residual whose steps were copied in (token and left written for
+  /// each), as absorbing them marked them.
+  SPECVERIFY_HD void mark_copied() {
+    siblings.clear();
+    for (std::int32_t i = 0; i < steps; ++i) {
+      const bool first = siblings.find(siblings.token[i], i) < 0;
+      siblings.mark(i);
+      if (first && !(siblings.left[i] > 0)) siblings.settle(i);
+    }
+  }
+
+ private:
+  /// q_i at v, whose first sibling entry is `first` (-1: none).
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD double q_step(Rows& rows, std::int32_t i, std::int32_t current, std::int32_t v,
+                              std::int32_t first) const {
+    const std::int32_t c = i < steps ? siblings.token[i] : current;
+    if (!has_q) return v == c ? 1.0 : 0.0;
+    if (drafted != Drafted::sampled_without_replacement) return rows.value(q, v);
+    if (first >= 0 && first < i) return 0.0;  // removed from q_i with c_first
+    return (i < steps ? siblings.scale[i] : current_scale()) * rows.value(q, v);
+  }
+
+  /// The current sibling's step from r = a b (held unrounded): the weight's last rounding.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD double finish(Rows& rows, std::int32_t current, std::int32_t v, std::int32_t first, double a,
+                              double b) const {
+    if (current < 0) return a * b;
+    const double d = fused(a, b, -q_step(rows, steps, current, v, first));
+    return d > 0 ? d : 0.0;
+  }
+
+  /// The weight of v, which no sibling carries, by the steps one by one, r_1 = s p, then r_i - q_i
+  /// with one rounding at each step; a one-hot draft's rejected token is 0 wherever below_one
+  /// shows its r is at most 1.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD double fresh(Rows& rows, std::int32_t current, std::int32_t v, const Collapse& c) const {
+    if (!has_q && v == current && steps > 0 && c.usable && below_one(rows.value(p, v), c)) return 0.0;
+    double a = p_scale, b = rows.value(p, v);  // r = a b, held unrounded across each step
+    for (std::int32_t s = 0; s < steps; ++s) {
+      const double d = fused(a, b, -q_step(rows, s, -1, v, -1));
+      a = d > 0 ? d : 0.0;
+      b = siblings.inv_mass[s];
+    }
+    return finish(rows, current, v, -1, a, b);
+  }
+
+  /// Whether the steps one by one leave r(v) <= 1 at a token whose q_i are all 0 (so that the
+  /// one-hot step at it, r(v) - 1, gives 0), from p(v) and the collapse alone. Where every running
+  /// product P_i lies in [2^-800, 2^800] (so that p(v) P_i is normal for any float p(v) > 0),
+  /// each of the steps' roundings, and each of P's, moves the value by at most a factor 1 + 2^-53:
+  /// with fewer than 2^31 steps r(v) <= p(v) P (1 + 2^-20), so p(v) P <= 1/2 shows it. p(v) = 0
+  /// stays 0 (every step multiplies by a finite 1 / Z once the collapse is usable).
+  SPECVERIFY_HD bool below_one(double pv, const Collapse& c) const {
+    if (pv == 0.0) return true;
+    return sums.low >= 0x1p-800 && sums.high <= 0x1p800 && pv * c.scale <= 0.5;
+  }
+
+  /// Before absorbing `current` (its token written): the live siblings take its step (a sibling
+  /// left at 0 stays there: fma(0, m, -q) is at most 0, or NaN, and either gives 0), and a token
+  /// no sibling carries yet starts its entry with r after its own step.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD void track(Rows& rows, std::int32_t current) {
+    for (std::int32_t l = 0; l < live;) {
+      const std::int32_t j = siblings.live[l];
+      const double d = fused(siblings.left[j], siblings.inv_mass[steps - 1],
+                             -q_step(rows, steps, current, siblings.token[j], j));
+      siblings.left[j] = d > 0 ? d : 0.0;
+      if (d > 0) {
+        ++l;
+      } else {
+        siblings.settle(j);
+        siblings.live[l] = siblings.live[--live];
+      }
+    }
+    if (siblings.find(current, steps) >= 0) return;
+    const double r = fresh(rows, current, current, collapse(current));
+    siblings.left[steps] = r;
+    if (r > 0) {
+      siblings.live[live++] = steps;
+    } else {
+      siblings.settle(steps);
+    }
   }
 };
 

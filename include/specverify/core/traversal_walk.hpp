@@ -51,6 +51,7 @@ struct TraversalFrame {
   double a = 1;             // R_parent(x) (w = min(a / q, 1)): the node's own test, multiplied out
   float q = 1;              // Q_parent(x)
   std::int32_t steps = 0;   // children absorbed
+  StepSums sums{};          // R's collapse over them (Residual::sums)
   std::int32_t room = 0;    // first of its slots in the sequence's sibling room
   std::int32_t slots = 0;   // its slots: its children but the last (the last is never absorbed)
 };
@@ -104,7 +105,7 @@ struct TraversalPath {
       detail::fail(r, FaultKind::too_deep, top + 1, layout.child(b, c, -1), -1, -1, kTraversalDepth);
       return false;
     }
-    frames[++top] = TraversalFrame{c, -1, w, w, a, q_x, 0, 0, 0};
+    frames[++top] = TraversalFrame{c, -1, w, w, a, q_x, 0, {}, 0, 0};
     return give_room(children(c), top, c);
   }
 
@@ -136,7 +137,10 @@ struct TraversalPath {
     res.has_q = true;
     res.p_scale = f.w;
     res.steps = f.steps;
-    res.siblings = {f.slots, room.token + f.room, room.scale + f.room, room.inv_mass + f.room, room.sorted};
+    res.sums = f.sums;
+    // Q is sampled with replacement: no sibling is tracked (Residual::tracked), so the frames share
+    // only the rows of the steps.
+    res.siblings = {f.slots, room.token + f.room, room.scale + f.room, room.inv_mass + f.room};
     return res;
   }
 };
@@ -213,6 +217,7 @@ SPECVERIFY_HD WalkResult traversal_walk(const Rule&, const Layout& layout, const
         if (divisor > 0.0) {
           res.absorb(rows, x, divisor);
           f.steps = res.steps;
+          f.sums = res.sums;
           f.mass = z.value / divisor;
         }
         failed = -1;

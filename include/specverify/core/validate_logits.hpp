@@ -23,8 +23,17 @@ namespace specverify::core {
 
 namespace detail {
 
-/// Sampling parameters, the draft map (inverting it into target_to_draft) and guidance, for any
-/// logits batch. Runs after the layout's own validation.
+/// A vocabulary of rows of logits no larger than kMaxLogitsVocab; the first check of a logits
+/// batch on every backend (and of sample()), as its size is part of the shape. `who` begins the
+/// message.
+inline void check_logits_vocab(std::int32_t vocab_size, const char* who = "specverify::verify: ") {
+  if (vocab_size <= kMaxLogitsVocab) return;
+  std::ostringstream m;
+  m << who << "vocab_size = " << vocab_size << " exceeds " << kMaxLogitsVocab
+    << " (2^22), the largest vocabulary rows of logits support (their normaliser's fixed-point sum)";
+  throw invalid_input(m.str());
+}
+
 /// A sequence's sampling parameters out of range (check_sampling_params found `problem`).
 SPECVERIFY_HD inline Finding params_finding(const Problem& problem, bool draft, std::int32_t b) {
   Finding f = sequence_finding(Check::rule_input, Stage::params, b);
@@ -353,6 +362,7 @@ template <class Rule, class Batch, class Output>
 void validate_logits(const Rule& rule, const Batch& batch, const Randomness& randomness, const Output& out,
                      std::vector<std::int32_t>& target_to_draft, std::vector<std::int32_t>& bias_order) {
   reject_sharded(batch);
+  detail::check_logits_vocab(batch.vocab_size);
   if (batch.batch_size > 0 && !batch.target_logits) detail::reject("target_logits is null");
   validate(rule, detail::probability_shape(batch), randomness, out);
   check_positions<Rule>(randomness);

@@ -5,17 +5,18 @@
 // and of every instruction set. The rows are read through a ResidualReader: probability rows
 // here, logits views in cpu/logit_residual.hpp.
 //
-// Speed: the weight has one form per pass for every element but the few sibling tokens:
+// Speed: the weight has one form per pass for every element but the sibling tokens:
 //   no sibling absorbed yet:   max(s p - q_current, 0), one fused multiply-add (one-hot drafts:
 //                              s p, the rejected token alone taking the steps);
 //   after absorbed siblings:   max(p - S q, 0) P, whatever their number (the collapse).
-// Sibling tokens (one-hot drafts, and the absorbed ones without replacement) are patched lane by
-// lane with the scalar definition; they are few, sorted, and met in order.
+// Sibling tokens (one-hot drafts, and the absorbed ones without replacement) are found in the
+// siblings' marks (a bit per token): those whose r came to 0 (a one-hot draft's, nearly always)
+// weigh 0 in the vector, the few others are patched lane by lane with the scalar definition,
+// which keeps their r (O(1) each). So a pass costs about the same for any number of siblings.
 #pragma once
 
 #include <xsimd/xsimd.hpp>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "specverify/core/fixed_sum.hpp"
@@ -23,6 +24,7 @@
 #include "specverify/core/residual.hpp"
 #include "specverify/cpu/draw.hpp"
 #include "specverify/cpu/fused.hpp"
+#include "specverify/cpu/lanes.hpp"
 #include "specverify/cpu/row_kernels.hpp"
 #include "specverify/cpu/split_row.hpp"
 
@@ -60,35 +62,26 @@ namespace detail {
 
 /// cpu::draw's functors over the weights of `r` after rejecting `current` (kNoToken: r itself).
 /// It keeps its own copy of r (a split row's parts each copy one lanes: their views' read cursors
-/// stay their own), and reads the siblings' sorted tokens, which the first one built.
+/// stay their own), and reads the siblings' marks.
 template <class Arch, class View>
 class ResidualLanes {
  public:
   using F = xsimd::batch<float, Arch>;
   using D = xsimd::batch<double, Arch>;
   static constexpr std::int32_t WF = F::size;
+  static_assert(WF < 64, "a vector's marks in one word");
 
   ResidualLanes(const core::Residual<View>& r, std::int32_t current, std::int32_t n)
-      : r_(r), current_(current), n_(n), collapse_(r.collapse(current)),
-        special_(r.steps > 0 && r.siblings.sorted ? r.siblings.sorted : alone_) {
+      : r_(r), current_(current), n_(n), collapse_(r.collapse(current)) {
     const bool one_hot = !r.has_q, without = r.drafted == Drafted::sampled_without_replacement;
-    if (one_hot || (without && r.steps > 0)) {
-      if (r.steps > 0) {  // the absorbed siblings are special once the steps are collapsed
-        for (std::int32_t s = 0; s < r.steps && special_ != alone_; ++s) special_[specials_++] = r.siblings.token[s];
-      }
-      if (one_hot && current >= 0) special_[specials_++] = current;
-      std::sort(special_, special_ + specials_);
-    }
-    // Without room to sort the siblings (rows that gave none), every lane is computed alone.
-    scalar_ = r.steps > 0 && (!collapse_.usable || (special_ == alone_ && (one_hot || without)));
+    if (r.steps > 0 && (one_hot || without)) marks_ = r.siblings.marks;  // the absorbed siblings
+    if (one_hot) alone_ = current;
+    specials_ = marks_ || alone_ >= 0;
+    // Without marks to find the siblings by (rows that keep none), every lane is computed alone.
+    scalar_ = r.steps > 0 && (!collapse_.usable || ((one_hot || without) && !marks_));
     q_scale_ = without ? r.current_scale() : 1.0;
   }
-  ResidualLanes(const ResidualLanes& other)
-      : r_(other.r_), current_(other.current_), n_(other.n_), collapse_(other.collapse_),
-        special_(other.special_ == other.alone_ ? alone_ : other.special_), specials_(other.specials_),
-        scalar_(other.scalar_), q_scale_(other.q_scale_), reader_(other.reader_) {
-    std::copy(other.alone_, other.alone_ + 1, alone_);
-  }
+  ResidualLanes(const ResidualLanes&) = default;
   ResidualLanes& operator=(const ResidualLanes&) = delete;
 
   /// The weights of elements i .. i + WF - 1 (i + WF <= n) as two double vectors.
@@ -99,14 +92,24 @@ class ResidualLanes {
       lanes_from_scalar(i, lo, hi);
       return;
     }
+    if (!specials_) {
+      lo = form(widen_low(p), r_.has_q ? widen_low(q) : D(0.0));
+      hi = form(widen_high(p), r_.has_q ? widen_high(q) : D(0.0));
+      return;
+    }
+    std::uint64_t special = marks_ ? marked(marks_, i) : 0;
+    if (special != 0) {
+      // Siblings whose r came to 0 weigh 0 (+0, as their steps give it where the collapse is
+      // usable): their p taken as 0 gives it in the pass's form. The others are computed alone.
+      const auto zero = static_cast<std::uint32_t>(marked(r_.siblings.zeros, i));
+      if (zero != 0) p = xsimd::select(kernel::bit_lanes<Arch>(&zero, 0, Arch{}), F(0.0f), p);
+      special &= ~std::uint64_t{zero};
+    }
     lo = form(widen_low(p), r_.has_q ? widen_low(q) : D(0.0));
     hi = form(widen_high(p), r_.has_q ? widen_high(q) : D(0.0));
-    // The next special token at or after i: the cursor only moves forward, except when a pass
-    // starts again (the draw's rescan).
-    if (cursor_ > 0 && special_[cursor_ - 1] >= i) cursor_ = 0;
-    while (cursor_ < specials_ && special_[cursor_] < i) ++cursor_;
-    for (std::int32_t c = cursor_; c < specials_ && special_[c] < i + WF; ++c) {
-      patch_lane(lo, hi, special_[c] - i, (*this)(special_[c]));
+    if (static_cast<std::uint32_t>(alone_ - i) < static_cast<std::uint32_t>(WF)) special |= std::uint64_t{1} << (alone_ - i);
+    for (std::int32_t l = 0; special != 0; ++l, special >>= 1) {
+      if (special & 1) patch_lane(lo, hi, l, (*this)(i + l));
     }
   }
 
@@ -135,6 +138,15 @@ class ResidualLanes {
     return xsimd::select(d > zero, d, zero) * D(collapse_.scale);
   }
 
+  /// Bits i .. i + WF - 1 of `bits` (the siblings' marks or zeros), element i in bit 0.
+  SPECVERIFY_ALWAYS_INLINE static std::uint64_t marked(const std::uint64_t* bits, std::int32_t i) {
+    const std::uint64_t* word = bits + (i >> 6);
+    const std::int32_t shift = i & 63;
+    std::uint64_t lanes = word[0] >> shift;
+    if (shift + WF > 64) lanes |= word[1] << (64 - shift);
+    return lanes & ((std::uint64_t{1} << WF) - 1);
+  }
+
   void lanes_from_scalar(std::int32_t i, D& lo, D& hi) const {
     alignas(64) double w[WF];
     for (std::int32_t l = 0; l < WF; ++l) w[l] = (*this)(i + l);
@@ -145,10 +157,9 @@ class ResidualLanes {
   core::Residual<View> r_;
   std::int32_t current_, n_;
   typename core::Residual<View>::Collapse collapse_;
-  std::int32_t alone_[1]{};     // room for the one-hot rejected token before any sibling
-  std::int32_t* special_;       // sorted special tokens (the siblings' room, or alone_)
-  std::int32_t specials_ = 0;
-  std::int32_t cursor_ = 0;
+  const std::uint64_t* marks_ = nullptr;  // the siblings' marks, where their lanes are patched
+  std::int32_t alone_ = kNoToken;         // a one-hot draft's rejected token, patched too
+  bool specials_ = false;                 // either of them
   bool scalar_ = false;
   double q_scale_ = 1.0;        // q_current = q_scale q off the specials (without replacement)
   ResidualReader<Arch, View> reader_;  // reads the rows (and what the pass saw of them, for the bound)

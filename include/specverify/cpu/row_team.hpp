@@ -189,13 +189,17 @@ class RowTeam {
 class TeamLease {
  public:
   TeamLease() = default;
-  explicit TeamLease(RowTeam& team) : team_(team.try_acquire() ? &team : nullptr) {}
+  explicit TeamLease(RowTeam& team) { take(team); }
   TeamLease(const TeamLease&) = delete;
   TeamLease& operator=(const TeamLease&) = delete;
   ~TeamLease() {
     if (team_) team_->release();
   }
   RowTeam* team() const { return team_; }
+  /// Takes the team if it is free; a lease holds at most one.
+  void take(RowTeam& team) {
+    if (!team_ && team.try_acquire()) team_ = &team;
+  }
 
  private:
   RowTeam* team_ = nullptr;

@@ -2,6 +2,7 @@
 // logits rows opened by their pre-pass (cpu/logit_kernels.hpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -19,23 +20,45 @@
 namespace specverify::cpu {
 
 /// Per thread: room for the siblings a tree node's residual absorbs (core::Siblings), grown to the
-/// largest sequence that needs it and reused from node to node.
+/// largest sequence that needs it and reused from node to node. Over rows of `vocab` tokens it
+/// also finds siblings by token (core::Siblings::marks, zeros, first), so that no weight scans
+/// them: a residual that tracks its siblings clears their marks (vocab / 4 bytes, next to a
+/// node's passes over the row); `first`, read only at marked tokens, is never even zeroed.
 class SiblingRoom {
  public:
-  core::Siblings siblings(std::int32_t count) {
+  core::Siblings siblings(std::int32_t count, std::int32_t vocab = 0) {
     if (static_cast<std::size_t>(count) > inv_mass_.size()) {
-      token_.resize(static_cast<std::size_t>(count));
-      scale_.resize(static_cast<std::size_t>(count));
-      inv_mass_.resize(static_cast<std::size_t>(count));
-      sorted_.resize(static_cast<std::size_t>(count) + 1);
+      const auto n = static_cast<std::size_t>(count);
+      token_.resize(n);
+      live_.resize(n);
+      scale_.resize(n);
+      inv_mass_.resize(n);
+      left_.resize(n);
     }
-    return {static_cast<std::int32_t>(inv_mass_.size()), token_.data(), scale_.data(), inv_mass_.data(),
-            sorted_.data()};
+    core::Siblings s{static_cast<std::int32_t>(inv_mass_.size()), token_.data(), scale_.data(), inv_mass_.data(),
+                     left_.data(), live_.data()};
+    if (vocab > 0) {
+      if (vocab > vocab_) {
+        vocab_ = vocab;
+        marks_.reset(new std::uint64_t[2 * words(vocab)]);
+        first_.reset(new std::int32_t[static_cast<std::size_t>(vocab) + 1]);
+      }
+      s.words = static_cast<std::int32_t>(words(vocab));
+      s.marks = marks_.get();
+      s.zeros = marks_.get() + words(vocab);
+      s.first = first_.get();
+    }
+    return s;
   }
 
  private:
-  std::vector<std::int32_t> token_, sorted_;
-  std::vector<double> scale_, inv_mass_;
+  static std::size_t words(std::int32_t vocab) { return static_cast<std::size_t>(vocab) / 64 + 2; }
+
+  std::vector<std::int32_t> token_, live_;
+  std::vector<double> scale_, inv_mass_, left_;
+  std::int32_t vocab_ = 0;  // what marks_ and first_ hold room for
+  std::unique_ptr<std::uint64_t[]> marks_;  // marks, then zeros
+  std::unique_ptr<std::int32_t[]> first_;
 };
 
 /// Row operations over rows of `n` floats, as core::walk expects them. A probability row needs no
@@ -68,7 +91,7 @@ struct Rows {
     return cpu::gumbel_argmax<Arch>(p, n, seed, position);
   }
 
-  core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
+  core::Siblings siblings(std::int32_t count) { return room.siblings(count, n); }
 
   // A node's residual (cpu/residual_kernels.hpp): a tree's after rejected siblings, or block
   // verification's scaled one; one vector pass, the scalar definition's weights.
@@ -111,7 +134,7 @@ struct OpenedLogitRows : LogitRows<Arch, Logit> {
     second = !second;
     return prepare<Arch>(overlaid, mine, this->split);
   }
-  core::Siblings siblings(std::int32_t count) { return room.siblings(count); }
+  core::Siblings siblings(std::int32_t count) { return room.siblings(count, this->n); }
   // A node's residual (cpu/logit_residual.hpp): the vector passes over the views.
   Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {
     return residual_mass<Arch>(r, x, this->n, this->split);

@@ -259,8 +259,9 @@ class LogitSlices {
       if (!searched(draft, r, v)) return;
       std::fill(bins.begin(), bins.end(), core::FixedSum{});
       for (std::int32_t rank = 0; rank < ranks; ++rank) {
-        Reader in(all.data() + std::size_t(rank) * m.size() + offset);
-        for (core::FixedSum& bin : bins) bin.merge(in.get<core::FixedSum>());
+        Reader in = part(all, m, rank, "top_p (logits)");
+        in.skip(offset);
+        for (core::FixedSum& bin : bins) bin.merge(in.sum());
       }
       // The highest bin where the mass from the top reaches top_p of the row's: the threshold's.
       const double need = double(params(draft, r).top_p) * v.norm;
@@ -413,13 +414,17 @@ class LogitSlices {
     std::vector<std::uint8_t> any_full(candidates.size(), 0);
     bad_ = {};
     bool whole_taken = false;
-    for (std::int32_t rank = 0; rank < ranks; ++rank) {
-      Reader in(all.data() + std::size_t(rank) * m.size());
+    std::int32_t start = 0;  // the rank's slice: [start, start + sizes[rank])
+    for (std::int32_t rank = 0; rank < ranks; start += sizes[static_cast<std::size_t>(rank)], ++rank) {
+      Reader in = part(all, m, rank, "scan (logits)");
+      const std::int32_t size = sizes[static_cast<std::size_t>(rank)];
+      bool sent_bad = false;  // a row this rank found bad: it names one below
       const auto merge = [&](bool draft, std::int64_t r, MergedView& v) {
         const std::int32_t k = top_k(params(draft, r));
         const float max = in.get<float>();
-        const std::int32_t argmax = in.get<std::int32_t>();
-        const bool ok = in.get<std::uint8_t>() != 0;  // read whatever v.ok is: the reads keep their order
+        const std::int32_t argmax = in.token(in.get<std::int32_t>(), start, size);
+        const bool ok = in.flag();  // read whatever v.ok is: the reads keep their order
+        sent_bad = sent_bad || !ok;
         v.ok = v.ok && ok;
         if (max > v.max) {  // ranks in token order: the first holding the max names the lowest token
           v.max = max;
@@ -428,7 +433,11 @@ class LogitSlices {
         if (k == 0) return;
         const std::size_t at = index(draft, r);
         const std::int32_t count = in.get<std::int32_t>(), ties = in.get<std::int32_t>();
-        const std::uint8_t full = in.get<std::uint8_t>();
+        const bool full = in.flag();
+        // What a slice can hold: up to k candidates, k exactly when full, and ties among the rest.
+        in.expect(count >= 0 && count <= k && count <= size && (!full || count == k) && ties >= 0 &&
+                      (ties == 0 || full) && std::int64_t{ties} <= std::int64_t{size} - count,
+                  "a candidate count");
         std::vector<float>& c = candidates[at];
         for (std::int32_t i = 0; i < k; ++i) {
           const float value = in.get<float>();
@@ -445,7 +454,9 @@ class LogitSlices {
           continue;
         }
         const std::int32_t argmax = in.get<std::int32_t>();
-        const bool ok = in.get<std::uint8_t>() != 0;
+        const bool ok = in.flag();
+        in.expect(argmax >= -1 && argmax < batch_.draft_vocab_size, "a draft row's argmax");
+        sent_bad = sent_bad || (size > 0 && !ok);
         if (!whole_taken && sizes[static_cast<std::size_t>(rank)] > 0) {
           drafts_[j].argmax = argmax;
           drafts_[j].ok = ok;
@@ -454,6 +465,7 @@ class LogitSlices {
       whole_taken = whole_taken || sizes[static_cast<std::size_t>(rank)] > 0;
       const std::int64_t key = in.get<std::int64_t>();
       const core::Finding finding = in.get<core::Finding>();
+      in.expect(key >= -1 && (key < 0 || finding.well_formed()) && (key >= 0 || !sent_bad), "a finding");
       if (key >= 0 && (bad_.key < 0 || key < bad_.key)) bad_ = {key, finding};
     }
     // The views of rows with top_k: prepare()'s steps on the merged candidates.
@@ -522,11 +534,11 @@ class LogitSlices {
     const auto all = gather(comm, m, ranks);
     std::vector<logits_detail::WeightSums> merged(targets_.size() + drafts_.size());
     for (std::int32_t rank = 0; rank < ranks; ++rank) {
-      Reader in(all.data() + std::size_t(rank) * m.size());
+      Reader in = part(all, m, rank, "normaliser (logits)");
       const auto take = [&](bool draft, std::int64_t r, const MergedView&) {
         if (!summed(draft, r)) return;
         logits_detail::WeightSums& s = merged[index(draft, r)];
-        s.norm.merge(in.get<core::FixedSum>());
+        s.norm.merge(in.sum());
         s.lowest = std::min(s.lowest, in.get<float>());
       };
       for_sliced(take);

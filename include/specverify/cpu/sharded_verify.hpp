@@ -42,8 +42,10 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <vector>
 
+#include "specverify/communicator_ref.hpp"
 #include "specverify/core/chain_layout.hpp"
 #include "specverify/core/output.hpp"
 #include "specverify/core/validate.hpp"
@@ -69,6 +71,11 @@ struct TermWire {
   static TermWire of(const detail::TermSum& t) {
     return {t.sum.hi, t.sum.lo, t.max_term, std::uint8_t(t.infinite), std::uint8_t(t.ok)};
   }
+  static TermWire read(Reader& in) {
+    const TermWire w = in.get<TermWire>();
+    in.expect(core::FixedSum{w.hi, w.lo}.canonical() && w.infinite <= 1 && w.ok <= 1, "a statistic's sum");
+    return w;
+  }
   detail::TermSum sum(double scale) const {
     detail::TermSum t;
     t.sum.hi = hi;
@@ -89,6 +96,32 @@ struct BadValue {
 
   void merge(const BadValue& later) {
     if (token < 0) *this = later;
+  }
+  /// One sent by the rank holding [start, start + size).
+  static BadValue read(Reader& in, std::int32_t start, std::int32_t size) {
+    BadValue v = in.get<BadValue>();
+    in.token(v.token, start, size);
+    return v;
+  }
+};
+
+/// A GumbelBest as it crosses ranks (its flag a byte: a bool read from a peer may hold anything).
+struct GumbelWire {
+  double key = 0.0;
+  std::int32_t token = -1;
+  float p = 0.0f;
+  std::uint8_t ok = 1;
+
+  static GumbelWire of(const GumbelBest& g) { return {g.key, g.token, g.p, std::uint8_t(g.ok)}; }
+  static GumbelBest read(Reader& in, std::int32_t start, std::int32_t size) {
+    const GumbelWire w = in.get<GumbelWire>();
+    in.expect(w.ok <= 1, "a flag");
+    GumbelBest g;
+    g.key = w.key;
+    g.token = in.token(w.token, start, size);
+    g.p = w.p;
+    g.ok = w.ok != 0;
+    return g;
   }
 };
 
@@ -125,28 +158,29 @@ struct NodeFields {
     if (entropy) m.put(n.entropy);
     if (divergence) m.put(n.divergence);
     if (after) m.put(n.after);
-    if (coupled) m.put(n.coupled);
+    if (coupled) m.put(GumbelWire::of(n.coupled));
     if (any_pass()) {
       m.put(n.p_bad);
       m.put(n.q_bad);
     }
   }
-  NodeSlice get(Reader& in) const {
+  /// What the rank holding [start, start + size) sent.
+  NodeSlice get(Reader& in, std::int32_t start, std::int32_t size) const {
     NodeSlice n;
     n.p_x = in.get<float>();
     n.q_x = in.get<float>();
     if (max) {
       n.max = in.get<float>();
-      n.argmax = in.get<std::int32_t>();
-      n.max_ok = in.get<std::uint8_t>();
+      n.argmax = in.token(in.get<std::int32_t>(), start, size);
+      n.max_ok = in.flag();
     }
-    if (entropy) n.entropy = in.get<TermWire>();
-    if (divergence) n.divergence = in.get<TermWire>();
-    if (after) n.after = in.get<TermWire>();
-    if (coupled) n.coupled = in.get<GumbelBest>();
+    if (entropy) n.entropy = TermWire::read(in);
+    if (divergence) n.divergence = TermWire::read(in);
+    if (after) n.after = TermWire::read(in);
+    if (coupled) n.coupled = GumbelWire::read(in, start, size);
     if (any_pass()) {
-      n.p_bad = in.get<BadValue>();
-      n.q_bad = in.get<BadValue>();
+      n.p_bad = BadValue::read(in, start, size);
+      n.q_bad = BadValue::read(in, start, size);
     }
     return n;
   }
@@ -165,6 +199,15 @@ struct DrawSlice {
   double residual_bound = 0.0, target_bound = 0.0;  // fixed_bound of the slice's largest p
   std::uint8_t ok = 1;
   BadValue p_bad, q_bad;
+
+  /// One sent by the rank holding [start, start + size).
+  static DrawSlice read(Reader& in, std::int32_t start, std::int32_t size) {
+    const DrawSlice d = in.get<DrawSlice>();
+    in.expect(d.residual.canonical() && d.target.canonical() && d.ok <= 1, "a draw's sums");
+    in.token(d.p_bad.token, start, size);
+    in.token(d.q_bad.token, start, size);
+    return d;
+  }
 };
 
 /// A node's row for the walk: the target row (p) or the draft row (q) of node `slot`.
@@ -185,8 +228,9 @@ struct ResidualState {
   bool has_q = false;
   Drafted drafted = Drafted::sampled;
   std::int32_t x = kNoToken;  // the sibling rejected now (kNoToken: r itself)
-  std::vector<std::int32_t> tokens;
-  std::vector<double> scale, inv_mass;
+  std::vector<std::int32_t> tokens, live;
+  std::vector<double> scale, inv_mass, left;
+  core::StepSums sums;
   double removed = 0.0, q_total = 1.0;
 
   static ResidualState of(const core::Residual<RowRef>& r, std::int32_t x) {
@@ -200,6 +244,11 @@ struct ResidualState {
     s.tokens.assign(r.siblings.token, r.siblings.token + r.steps);
     s.scale.assign(r.siblings.scale, r.siblings.scale + r.steps);
     s.inv_mass.assign(r.siblings.inv_mass, r.siblings.inv_mass + r.steps);
+    if (r.tracked()) {
+      s.left.assign(r.siblings.left, r.siblings.left + r.steps);
+      s.live.assign(r.siblings.live, r.siblings.live + r.live);
+    }
+    s.sums = r.sums;
     s.removed = r.removed;
     s.q_total = r.q_total;
     return s;
@@ -246,6 +295,15 @@ struct MassSlice {
   double bound = 0.0;  // core::Residual::weight_bound of the slice's largest p
   std::uint8_t ok = 1;
   BadValue p_bad, q_bad;
+
+  /// One sent by the rank holding [start, start + size).
+  static MassSlice read(Reader& in, std::int32_t start, std::int32_t size) {
+    const MassSlice s = in.get<MassSlice>();
+    in.expect(s.sum.canonical() && s.ok <= 1, "a mass's sum");
+    in.token(s.p_bad.token, start, size);
+    in.token(s.q_bad.token, start, size);
+    return s;
+  }
 };
 
 /// The walk's row source: row indices, keyed by the node slot (a chain's target row index).
@@ -399,27 +457,79 @@ struct Rows {
 };
 
 
+/// The arguments every rank must pass alike, each digested on its own so that a mismatch names
+/// what differs: ranks that disagree would walk different drafts, draw other uniforms or decide
+/// by other parameters, and so return other tokens than their peers.
+enum class Agreed : std::uint8_t { sizes, drafts, rule, randomness, sampling, bitmask, draft_map, guidance, lists, count };
+inline constexpr std::size_t kAgreed = static_cast<std::size_t>(Agreed::count);
+
+inline const char* agreed_text(Agreed a) {
+  switch (a) {
+    case Agreed::sizes: return "sizes (batch_size, vocab_size, the output's row_width, ranks)";
+    case Agreed::drafts: return "drafts (offsets, draft tokens, parents, drafted)";
+    case Agreed::rule: return "rule or rule parameters";
+    case Agreed::randomness: return "randomness (seed, offset, sequence_seeds, caller uniforms, positions)";
+    case Agreed::sampling: return "sampling parameters (target_params, draft_params)";
+    case Agreed::bitmask: return "bitmask (whether allowed_tokens is given)";
+    case Agreed::draft_map: return "draft vocabulary (draft_vocab_size, draft_to_target)";
+    case Agreed::guidance: return "guidance (unconditional_first_row, guidance_scale)";
+    case Agreed::lists: return "penalty or bias lists";
+    default: return "arguments";
+  }
+}
+
 /// Phase 1's message: a rank's slice, and what it found wrong locally (the text every rank throws).
 struct Header {
   std::int32_t rank = 0, ranks = 1, start = 0, size = 0;
   std::uint8_t has_q = 0, has_guidance = 0, failed = 0;
-  std::uint64_t digest = 0;
+  std::uint64_t digest[kAgreed] = {};
   char message[400] = {};
 };
 
-/// FNV-1a over the input every rank must share: ranks that disagree would walk different drafts.
+/// FNV-1a over the input every rank must share.
 class Digest {
  public:
   template <class T>
   void add(const T* v, std::int64_t count) {
+    if (!v) count = 0;  // an absent array (its presence is digested by the caller where it matters)
     const auto* bytes = reinterpret_cast<const unsigned char*>(v);
     for (std::int64_t i = 0; i < count * std::int64_t(sizeof(T)); ++i) h_ = (h_ ^ bytes[i]) * 1099511628211ull;
   }
+  void add_text(const char* text) { add(text, static_cast<std::int64_t>(std::strlen(text)) + 1); }
   std::uint64_t value() const { return h_; }
 
  private:
   std::uint64_t h_ = 14695981039346656037ull;
 };
+
+/// A rule's identity and parameters into a Digest: what its traits make of it, its type where
+/// RTTI names it, and each parameter's name and value (per-draft inputs over every draft).
+template <class Rule>
+void digest_rule(Digest& d, const Rule& rule, std::int64_t drafts) {
+  using traits = rule_traits<Rule>;
+  const RowStats stats = traits::stats(rule);
+  const std::int32_t kinds[8] = {static_cast<std::int32_t>(traits::on_reject), static_cast<std::int32_t>(traits::on_bonus),
+                                 static_cast<std::int32_t>(traits::joint),     stats.max,
+                                 stats.argmax,                                 stats.entropy,
+                                 stats.divergence,                             static_cast<std::int32_t>(stats.kind)};
+  d.add(kinds, 8);
+#if defined(__cpp_rtti) || defined(__GXX_RTTI)
+  d.add_text(typeid(Rule).name());  // the ABI's mangled name: the same in every rank's build
+#endif
+  struct Visit {
+    Digest& d;
+    std::int64_t drafts;
+    void operator()(const char* name, double value) const {
+      d.add_text(name);
+      d.add(&value, 1);
+    }
+    void operator()(const char* name, const float* per_draft) const {
+      d.add_text(name);
+      d.add(per_draft, drafts);
+    }
+  };
+  traits::parameters(rule, Visit{d, drafts});
+}
 
 /// The layout and output of a batch kind.
 template <class Batch>
@@ -512,16 +622,23 @@ class ShardedVerify {
       }
       core::check_positions<Rule>(randomness_);
       detail::check_options(options);
-      h.digest = digest(out);
+      digest(out, h.digest);
     } catch (const invalid_input& e) {
       h.failed = 1;
       std::strncpy(h.message, e.what(), sizeof h.message - 1);
     }
     Message m;
     m.put(h);
-    const auto all = gather(comm_, m, std::max(1, s.ranks));
-    headers_.resize(static_cast<std::size_t>(std::max(1, s.ranks)));
-    for (std::size_t r = 0; r < headers_.size(); ++r) std::memcpy(&headers_[r], all.data() + r * sizeof(Header), sizeof(Header));
+    const std::int32_t ranks = std::max(1, s.ranks);
+    const auto all = gather(comm_, m, ranks);
+    headers_.resize(static_cast<std::size_t>(ranks));
+    for (std::int32_t r = 0; r < ranks; ++r) {
+      Reader in(all.data() + std::size_t(r) * m.size(), m.size(), r, "1 (shard)");
+      Header& o = headers_[static_cast<std::size_t>(r)];
+      o = in.get<Header>();
+      in.expect(o.has_q <= 1 && o.has_guidance <= 1 && o.failed <= 1, "a flag");
+      in.expect(std::memchr(o.message, '\0', sizeof o.message) != nullptr, "an unterminated message");
+    }
     // The lowest rank's finding, from a rank with a slice where one failed: an empty slice
     // validates draft rows it cannot see as a stand-in, so it may name a later check.
     const Header* failed = nullptr;
@@ -529,17 +646,20 @@ class ShardedVerify {
       if (other.failed && (!failed || (failed->size == 0 && other.size > 0))) failed = &other;
     }
     if (failed) throw invalid_input(failed->message);
-    std::int32_t end = 0;
+    std::int64_t end = 0;
     has_q_ = false;
     for (std::int32_t r = 0; r < s.ranks; ++r) {
       const Header& o = headers_[r];
-      if (o.rank != r || o.ranks != s.ranks || o.start != end) {
-        core::detail::reject("batch.shard: rank ", r, " holds [", o.start, ", ", o.start + o.size, ") as rank ",
-                             o.rank, " of ", o.ranks, "; the slices must follow in rank order from 0 to vocab_size = ",
-                             batch_.vocab_size);
+      if (o.rank != r || o.ranks != s.ranks || o.start != end || o.size < 0) {  // (gathered values only: every rank alike)
+        core::detail::reject("batch.shard: rank ", r, " holds [", o.start, ", ", std::int64_t{o.start} + o.size,
+                             ") as rank ", o.rank, " of ", o.ranks,
+                             "; the slices must follow in rank order from 0 to vocab_size = ", batch_.vocab_size);
       }
-      if (o.digest != headers_[0].digest) {
-        core::detail::reject("rank ", r, " passes other drafts, offsets or sizes than rank 0: every rank must pass the same");
+      for (std::size_t a = 0; a < kAgreed; ++a) {
+        if (o.digest[a] != headers_[0].digest[a]) {
+          core::detail::reject("rank ", r, " passes other ", agreed_text(static_cast<Agreed>(a)),
+                               " than rank 0: every rank must pass the same");
+        }
       }
       end += o.size;
       has_q_ = has_q_ || (o.size > 0 && o.has_q);
@@ -654,48 +774,74 @@ class ShardedVerify {
     else return batch_.target_row_max;
   }
 
-  std::uint64_t digest(const Output& out) const {
-    Digest d;
-    const std::int32_t shape[4] = {batch_.batch_size, batch_.vocab_size, out.row_width, batch_.shard.ranks};
-    d.add(shape, 4);
-    if (batch_.batch_size > 0) {
-      d.add(layout_.offsets, batch_.batch_size + 1);
-      d.add(batch_.draft_tokens, layout_.offsets[batch_.batch_size]);
+  /// The digests of what every rank must pass alike (Agreed), of a batch that validated.
+  void digest(const Output& out, std::uint64_t (&digests)[kAgreed]) const {
+    Digest d[kAgreed];
+    const auto part = [&](Agreed a) -> Digest& { return d[static_cast<std::size_t>(a)]; };
+    const std::int32_t B = batch_.batch_size;
+    const std::int32_t shape[4] = {B, batch_.vocab_size, out.row_width, batch_.shard.ranks};
+    part(Agreed::sizes).add(shape, 4);
+    const std::int64_t drafts = B > 0 ? layout_.offsets[B] : 0;
+    digest_rule(part(Agreed::rule), rule_, drafts);
+    const Randomness& r = randomness_;
+    const std::uint64_t words[2] = {r.seed, r.offset};
+    // Positions key Coupled's noise alone (other rules ignore them, as check_positions does).
+    const std::int64_t* positions = kCoupled ? r.positions : nullptr;
+    const std::uint8_t given[4] = {r.sequence_seeds != nullptr, r.accept_uniforms != nullptr,
+                                   r.sample_uniforms != nullptr, positions != nullptr};
+    part(Agreed::randomness).add(words, 2);
+    part(Agreed::randomness).add(given, 4);
+    if (B > 0) {
+      Digest& draws = part(Agreed::drafts);
+      draws.add(layout_.offsets, B + 1);
+      draws.add(batch_.draft_tokens, drafts);
       if constexpr (kTree) {
-        d.add(batch_.parents, layout_.offsets[batch_.batch_size]);
+        draws.add(batch_.parents, drafts);
         const std::int32_t drafted = static_cast<std::int32_t>(batch_.drafted);
-        d.add(&drafted, 1);
+        draws.add(&drafted, 1);
       }
-      if constexpr (kLogits) digest_logits(d);
+      Digest& random = part(Agreed::randomness);
+      random.add(r.sequence_seeds, B);
+      random.add(r.accept_uniforms, drafts);
+      random.add(r.sample_uniforms, B);
+      random.add(positions, B);
+      if constexpr (kLogits) digest_logits(part);
     }
-    return d.value();
+    for (std::size_t a = 0; a < kAgreed; ++a) digests[a] = d[a].value();
   }
 
   static float* stage(std::vector<float>& staged, const core::OutputRows& out, std::int32_t b) {
     return staged.empty() ? nullptr : staged.data() + std::size_t(b) * out.row_width;
   }
 
-  /// The parameters, lists, maps and guidance every rank of a logits batch must share (not the
-  /// bitmask: its rows are as long as the vocabulary's).
-  void digest_logits(Digest& d) const {
+  /// The parameters, lists, maps and guidance every rank of a logits batch must share (of the
+  /// bitmask only whether it is given: its rows are as long as the vocabulary's). Not whether
+  /// row pointers are null: a rank with an empty slice may pass null rows.
+  template <class Part>
+  void digest_logits(Part& part) const {
     const std::int32_t B = batch_.batch_size;
-    d.add(batch_.target_params, B);
-    if (batch_.draft_params) d.add(batch_.draft_params, B);
-    // (Not whether row pointers are null: a rank with an empty slice may pass null rows.)
-    const std::int32_t flags[2] = {batch_.draft_vocab_size, batch_.allowed_tokens != nullptr};
-    d.add(flags, 2);
-    if (batch_.draft_to_target && batch_.draft_vocab_size > 0) d.add(batch_.draft_to_target, batch_.draft_vocab_size);
-    if (batch_.unconditional_first_row) d.add(batch_.unconditional_first_row, B);
-    if (batch_.guidance_scale) d.add(batch_.guidance_scale, B);
+    const std::uint8_t draft_params = batch_.draft_params != nullptr;
+    part(Agreed::sampling).add(batch_.target_params, B);
+    part(Agreed::sampling).add(&draft_params, 1);
+    part(Agreed::sampling).add(batch_.draft_params, B);
+    const std::uint8_t mask = batch_.allowed_tokens != nullptr;
+    part(Agreed::bitmask).add(&mask, 1);
+    part(Agreed::draft_map).add(&batch_.draft_vocab_size, 1);
+    if (batch_.draft_vocab_size > 0) part(Agreed::draft_map).add(batch_.draft_to_target, batch_.draft_vocab_size);
+    part(Agreed::guidance).add(batch_.unconditional_first_row, B);
+    part(Agreed::guidance).add(batch_.guidance_scale, B);
+    Digest& lists = part(Agreed::lists);
+    const std::uint8_t given[2] = {batch_.history_offsets != nullptr, batch_.bias_offsets != nullptr};
+    lists.add(given, 2);
     if (batch_.history_offsets) {
-      d.add(batch_.history_offsets, B + 1);
-      d.add(batch_.history_tokens, batch_.history_offsets[B]);
-      d.add(batch_.history_counts, batch_.history_offsets[B]);
+      lists.add(batch_.history_offsets, B + 1);
+      lists.add(batch_.history_tokens, batch_.history_offsets[B]);
+      lists.add(batch_.history_counts, batch_.history_offsets[B]);
     }
     if (batch_.bias_offsets) {
-      d.add(batch_.bias_offsets, B + 1);
-      d.add(batch_.bias_tokens, batch_.bias_offsets[B]);
-      d.add(batch_.bias_values, batch_.bias_offsets[B]);
+      lists.add(batch_.bias_offsets, B + 1);
+      lists.add(batch_.bias_tokens, batch_.bias_offsets[B]);
+      lists.add(batch_.bias_values, batch_.bias_offsets[B]);
     }
   }
 
@@ -885,11 +1031,11 @@ class ShardedVerify {
       children_.push_back({layout_.token(b, c)});
     });
     for (std::int32_t r = 0; r < ranks(); ++r) {
-      Reader in(all.data() + std::size_t(r) * m.size());
+      Reader in = part(all, m, r, "2 (rows)");
       const Header& o = headers_[r];
       const auto held = [&](std::int32_t x) { return x >= o.start && x - o.start < o.size; };
       for_nodes([&](std::int32_t b, std::int32_t, std::int64_t slot, std::int32_t c) {
-        const NodeSlice n = fields.get(in);
+        const NodeSlice n = fields.get(in, o.start, o.size);
         Node& node = nodes_[static_cast<std::size_t>(slot)];
         if (r == 0) {
           node.x = c >= 0 ? layout_.token(b, c) : -1;
@@ -980,7 +1126,7 @@ class ShardedVerify {
     const auto all = gather(comm_, m, ranks());
     std::vector<Node> before = nodes_;
     for (std::int32_t r = 0; r < ranks(); ++r) {
-      Reader in(all.data() + std::size_t(r) * m.size());
+      Reader in = part(all, m, r, "3 (rescaled statistics)");
       for_nodes([&](std::int32_t, std::int32_t, std::int64_t slot, std::int32_t) {
         const Node& was = before[static_cast<std::size_t>(slot)];
         Node& node = nodes_[static_cast<std::size_t>(slot)];
@@ -990,7 +1136,7 @@ class ShardedVerify {
         const bool sent[3] = {need.entropy, need.divergence, need.divergence && !has_q_};
         for (int k = 0; k < 3; ++k) {
           if (!sent[k]) continue;
-          const TermWire w = in.get<TermWire>();
+          const TermWire w = TermWire::read(in);
           if (!needs(*sums[k].first, len[k])) continue;
           const double scale = core::fixed_scale(sums[k].first->max_term, len[k]);
           detail::TermSum t = w.sum(scale);
@@ -1106,12 +1252,17 @@ class ShardedVerify {
     r.has_q = s.has_q;
     r.drafted = s.drafted;
     r.steps = static_cast<std::int32_t>(s.tokens.size());
-    r.siblings = slice_room_.siblings(r.steps + 1);
+    r.siblings = slice_room_.siblings(r.steps + 1, size_);
     for (std::int32_t i = 0; i < r.steps; ++i) {
       r.siblings.token[i] = local(s.tokens[static_cast<std::size_t>(i)]);
       r.siblings.scale[i] = s.scale[static_cast<std::size_t>(i)];
       r.siblings.inv_mass[i] = s.inv_mass[static_cast<std::size_t>(i)];
+      if (r.tracked()) r.siblings.left[i] = s.left[static_cast<std::size_t>(i)];  // the walk's r there
     }
+    r.live = static_cast<std::int32_t>(s.live.size());
+    std::copy(s.live.begin(), s.live.end(), r.siblings.live);
+    r.sums = s.sums;
+    if (r.tracked()) r.mark_copied();
     r.removed = s.removed;
     r.q_total = s.q_total;
     detail::ResidualPass<Arch, const float*> pass{
@@ -1212,9 +1363,9 @@ class ShardedVerify {
     const auto all = gather(comm_, m, ranks());
     std::vector<MassSlice> merged(count);
     for (std::int32_t r = 0; r < ranks(); ++r) {
-      Reader in(all.data() + std::size_t(r) * m.size());
+      Reader in = part(all, m, r, "masses");
       for (MassSlice& t : merged) {
-        const MassSlice s = in.get<MassSlice>();
+        const MassSlice s = MassSlice::read(in, headers_[r].start, headers_[r].size);
         t.sum.merge(s.sum);
         t.bound = std::max(t.bound, s.bound);
         t.ok = t.ok && s.ok;
@@ -1232,9 +1383,9 @@ class ShardedVerify {
     }
     const auto all2 = gather(comm_, m2, ranks());
     for (std::int32_t r = 0; r < ranks(); ++r) {
-      Reader in(all2.data() + std::size_t(r) * m2.size());
+      Reader in = part(all2, m2, r, "masses, rescaled");
       for (std::size_t k = 0; k < count; ++k) {
-        const core::FixedSum s = in.get<core::FixedSum>();
+        const core::FixedSum s = in.sum();
         if (!rescaled(k)) continue;
         if (r == 0) merged[k].sum = {};
         merged[k].sum.merge(s);
@@ -1368,9 +1519,9 @@ class ShardedVerify {
     const auto all4 = gather(comm_, m4, ranks());
     std::vector<DrawSlice> merged(static_cast<std::size_t>(B));
     for (std::int32_t r = 0; r < ranks(); ++r) {
-      Reader in(all4.data() + std::size_t(r) * m4.size());
+      Reader in = part(all4, m4, r, "4 (draw sums)");
       for (std::int32_t b = 0; b < B; ++b) {
-        const DrawSlice ds = in.get<DrawSlice>();
+        const DrawSlice ds = DrawSlice::read(in, headers_[r].start, headers_[r].size);
         DrawSlice& t = merged[b];
         t.residual.merge(ds.residual);
         t.target.merge(ds.target);
@@ -1398,11 +1549,13 @@ class ShardedVerify {
       }
     }
     const auto all5 = gather(comm_, m5, ranks());
+    std::vector<core::FixedSum> totals5(std::size_t(ranks()) * 2 * std::size_t(B));
+    for (std::int32_t r = 0; r < ranks(); ++r) {
+      Reader in = part(all5, m5, r, "5 (draw sums, rescaled)");
+      for (std::size_t i = 0; i < 2 * std::size_t(B); ++i) totals5[std::size_t(r) * 2 * std::size_t(B) + i] = in.sum();
+    }
     const auto slice_total = [&](std::int32_t r, std::int32_t b, int k) {
-      core::FixedSum t;
-      std::memcpy(&t, all5.data() + std::size_t(r) * m5.size() + (std::size_t(2) * b + k) * sizeof(core::FixedSum),
-                  sizeof t);
-      return t;
+      return totals5[(std::size_t(r) * B + std::size_t(b)) * 2 + std::size_t(k)];
     };
     // Phase 6: the rank whose slice holds the crossing draws, and sends the token and its p.
     struct Drawn {
@@ -1410,6 +1563,7 @@ class ShardedVerify {
       float p = 0.0f;
     };
     std::vector<int> kind(static_cast<std::size_t>(B), -1);
+    std::vector<std::int32_t> owners(static_cast<std::size_t>(B), -1);
     Message m6;
     for (std::int32_t b = 0; b < B; ++b) {
       const PendingDraw& pd = pending_[b];
@@ -1434,6 +1588,7 @@ class ShardedVerify {
               before = through;
             }
           }
+          owners[b] = owner;
           if (owner == batch_.shard.rank) {
             const std::int32_t i = with_pass(pd, k == 0, [&](auto& pass) {
               return locate<Arch>(pass, pass, size_, scale[2 * b + k], sums[2 * b + k], before, threshold);
@@ -1445,6 +1600,17 @@ class ShardedVerify {
       m6.put(drawn);
     }
     const auto all6 = gather(comm_, m6, ranks());
+    // Only the owner of a draw's crossing sends its token, one of its slice.
+    std::vector<Drawn> drawns(static_cast<std::size_t>(B));
+    for (std::int32_t rk = 0; rk < ranks(); ++rk) {
+      Reader in = part(all6, m6, rk, "6 (tokens)");
+      const Header& o = headers_[rk];
+      for (std::int32_t b = 0; b < B; ++b) {
+        const Drawn d = in.get<Drawn>();
+        in.token(d.token, rk == owners[b] ? o.start : 0, rk == owners[b] ? o.size : 0);
+        if (d.token >= 0) drawns[b] = d;
+      }
+    }
     for (std::int32_t b = 0; b < B; ++b) {
       const PendingDraw& pd = pending_[b];
       if (!pd.active) continue;
@@ -1454,12 +1620,7 @@ class ShardedVerify {
         name(r.fault, merged[b].p_bad, merged[b].q_bad);
         continue;
       }
-      Drawn drawn;
-      for (std::int32_t rk = 0; rk < ranks(); ++rk) {
-        Drawn d;
-        std::memcpy(&d, all6.data() + std::size_t(rk) * m6.size() + std::size_t(b) * sizeof(Drawn), sizeof d);
-        if (d.token >= 0 && drawn.token < 0) drawn = d;
-      }
+      const Drawn& drawn = drawns[b];
       if (kind[b] < 0 || drawn.token < 0) {
         r.fault = core::Fault{core::FaultKind::target_no_mass, pd.depth, pd.node, pd.p_row, -1};
         continue;
@@ -1494,6 +1655,22 @@ class ShardedVerify {
 
 }  // namespace cpu::shard
 
+namespace cpu::shard {
+
+/// The sharded verify of one rule and batch kind, whatever the communicator: compiled once per
+/// rule and batch (compiled.hpp holds the built-in rules').
+template <class Rule, class Batch>
+VerifyStats verify_sharded(const Rule& rule, const Batch& batch, const Randomness& randomness,
+                           const typename ShapeOf<Batch>::Output& out, const CommunicatorRef& comm,
+                           const CpuOptions& options) {
+  ShardedVerify<DefaultArch, Rule, CommunicatorRef, Batch> v(rule, batch, randomness, comm);
+  v.agree(out, options);
+  if (batch.batch_size == 0) return {};
+  return v.run(out);
+}
+
+}  // namespace cpu::shard
+
 /// Verifies this rank's slice of a sharded chain batch (API.md "Sharded vocabulary"): every rank
 /// passes its slice (batch.shard) and otherwise the same arguments, and gets the outputs the
 /// unsharded verify gives on the whole rows. `comm` is any type with
@@ -1507,22 +1684,16 @@ template <class Rule, class Comm,
           class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
 VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Randomness& randomness,
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
-  cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, ChainBatch<float>> v(rule, batch, randomness, comm);
-  v.agree(out, options);
-  if (batch.batch_size == 0) return {};
-  return v.run(out);
+  return cpu::shard::verify_sharded(rule, batch, randomness, out, CommunicatorRef(comm), options);
 }
 
 /// Verifies this rank's slice of a sharded tree batch (rows of probabilities), as above; a node's
-/// residual after rejected siblings costs two calls per mass a path may ask for (README).
+/// residual after rejected siblings costs two calls per mass a path may ask for (docs/sharded.md).
 template <class Rule, class Comm,
           class = decltype(std::declval<const Comm&>().all_gather(nullptr, std::size_t{}, nullptr))>
 VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Randomness& randomness,
                    const TreeOutput& out, const Comm& comm, const CpuOptions& options = {}) {
-  cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, TreeBatch<float>> v(rule, batch, randomness, comm);
-  v.agree(out, options);
-  if (batch.batch_size == 0) return {};
-  return v.run(out);
+  return cpu::shard::verify_sharded(rule, batch, randomness, out, CommunicatorRef(comm), options);
 }
 
 /// Verifies this rank's slice of a sharded chain batch of logits: target, draft and guidance rows
@@ -1533,10 +1704,7 @@ template <class Rule, class Logit, class Comm,
 VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
                    const ChainOutput& out, const Comm& comm, const CpuOptions& options = {}) {
   static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
-  cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, LogitsChainBatch<Logit>> v(rule, batch, randomness, comm);
-  v.agree(out, options);
-  if (batch.batch_size == 0) return {};
-  return v.run(out);
+  return cpu::shard::verify_sharded(rule, batch, randomness, out, CommunicatorRef(comm), options);
 }
 
 /// Verifies this rank's slice of a sharded tree batch of logits, as the chains' above.
@@ -1545,10 +1713,7 @@ template <class Rule, class Logit, class Comm,
 VerifyStats verify(const Rule& rule, const LogitsTreeBatch<Logit>& batch, const Randomness& randomness,
                    const TreeOutput& out, const Comm& comm, const CpuOptions& options = {}) {
   static_assert(is_cpu_row_type<Logit>, "the CPU reads rows of float, specverify::float16 or specverify::bfloat16");
-  cpu::shard::ShardedVerify<cpu::DefaultArch, Rule, Comm, LogitsTreeBatch<Logit>> v(rule, batch, randomness, comm);
-  v.agree(out, options);
-  if (batch.batch_size == 0) return {};
-  return v.run(out);
+  return cpu::shard::verify_sharded(rule, batch, randomness, out, CommunicatorRef(comm), options);
 }
 
 }  // namespace specverify

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <optional>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -70,13 +69,13 @@ class SplitRows {
     if (threads > 1 || max_threads == 1) return;
     const std::int32_t parts = RowSplit::parts_for(vocab_size, allowed_threads(max_threads));
     if (parts <= 1) return;
-    lease_.emplace(RowTeam::instance());
-    if (lease_->team()) split_ = RowSplit{lease_->team(), parts};
+    lease_.take(RowTeam::instance());
+    if (lease_.team()) split_ = RowSplit{lease_.team(), parts};
   }
   const RowSplit& split() const { return split_; }
 
  private:
-  std::optional<TeamLease> lease_;
+  TeamLease lease_;  // not a std::optional: g++ 12 warns its destructor reads an unset pointer
   RowSplit split_;
 };
 

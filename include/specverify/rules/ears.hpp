@@ -21,6 +21,10 @@ struct Ears {
     return {pardoned, pardoned, true};
   }
   Problem check() const { return Problem::unless_within("beta", beta, 0.0, 3.4e38); }
+  template <class Visit>
+  void parameters(Visit&& visit) const {
+    visit("beta", beta);
+  }
 };
 
 }  // namespace specverify

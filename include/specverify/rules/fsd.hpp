@@ -14,6 +14,12 @@ inline Problem check_fsd(Divergence divergence, float threshold) {
   return Problem::unless_within("threshold", threshold, 0.0, 3.4e38);
 }
 
+template <class Visit>
+void fsd_parameters(Divergence divergence, float threshold, Visit&& visit) {
+  visit("divergence", static_cast<double>(static_cast<int>(divergence)));
+  visit("threshold", threshold);
+}
+
 /// Accept x iff p(x) > 0 and D(p, q) <= threshold (inclusive, as the authors' code); a
 /// deterministic decision. On rejection the extra token comes from p. The FSD release computes D
 /// on temperature-1 distributions while sampling from the warped p: pass the rows you want D on.
@@ -28,6 +34,10 @@ struct Fsd {
     return {close, close, true};
   }
   Problem check() const { return check_fsd(divergence, threshold); }
+  template <class Visit>
+  void parameters(Visit&& visit) const {
+    fsd_parameters(divergence, threshold, visit);
+  }
 };
 
 /// rFSD: accept x iff (p(x) > 0 and D(p, q) < threshold) or the Standard test passes; on
@@ -46,6 +56,10 @@ struct ReducibleFsd {
     return {close, close, true};
   }
   Problem check() const { return check_fsd(divergence, threshold); }
+  template <class Visit>
+  void parameters(Visit&& visit) const {
+    fsd_parameters(divergence, threshold, visit);
+  }
 };
 
 }  // namespace specverify

@@ -47,6 +47,12 @@ struct SpecDecPP {
     if (const Problem p = Problem::unless_within("accept prob", accept_probs[draft], 0.0, 1.0)) return p;
     return rule_traits<Inner>::check_draft(inner, draft);
   }
+  template <class Visit>
+  void parameters(Visit&& visit) const {
+    visit("threshold", threshold);
+    visit("accept_probs", accept_probs);
+    rule_traits<Inner>::parameters(inner, visit);
+  }
 };
 
 }  // namespace specverify

@@ -26,6 +26,11 @@ struct Sprinter {
   SPECVERIFY_HD Problem check_draft(std::int32_t draft) const {
     return Problem::unless_within("verifier score", verifier_scores[draft], 0.0, 1.0);
   }
+  template <class Visit>
+  void parameters(Visit&& visit) const {
+    visit("eta", eta);
+    visit("verifier_scores", verifier_scores);
+  }
 };
 
 }  // namespace specverify

@@ -244,6 +244,7 @@ cudaError_t launch_logits(const Rule& rule, const Batch& batch, const KernelRand
   static_assert(std::is_same_v<Logit, float> || std::is_same_v<Logit, __half> ||
                     std::is_same_v<Logit, __nv_bfloat16>,
                 "logits are float, __half or __nv_bfloat16");
+  core::detail::check_logits_vocab(batch.vocab_size);
   if (batch.batch_size > 0 && !batch.target_logits) core::detail::reject("target_logits is null");
   const auto shape = core::detail::probability_shape(batch);
   core::validate_shape(rule, shape, out);
