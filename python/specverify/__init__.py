@@ -54,9 +54,20 @@ from specverify._core import (
     sample,
     verify,
 )
-from specverify import padded
+from specverify import ops, padded
 
 __version__ = "0.1.0"
+
+
+def _register_operators():
+    """torch.ops.specverify.* (specverify/ops.py) where torch is installed."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+        ops.register(torch)
+
+
+_register_operators()
 
 
 def _fitting(name, value, dtype):
@@ -137,6 +148,7 @@ __all__ = [
     "VerifyStats",
     "VocabShard",
     "kNoToken",
+    "ops",
     "padded",
     "sample",
     "sampling_params",

@@ -66,7 +66,7 @@ def _rows(name, a, torch, rows, vocab):
 
 
 def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, params=None, seed=0, offset=0,
-           sequence_seeds=None, max_threads=0):
+           sequence_seeds=None, positions=None, max_threads=0):
     """Verifies B padded draft chains with `rule`; returns new int32 arrays (tensors for tensor
     inputs) `tokens` [B, K+1] (accepted drafts, the extra token, then -1) and `num_accepted` [B].
 
@@ -75,7 +75,8 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
     (q; logits share the target's parameters), or None for one-hot drafts; num_draft_tokens int32
     [B], each in [0, K] (default K): sequence b's drafts past it, and their rows, are not read.
     A rule's per-draft arrays (Sprinter.verifier_scores, SpecDecPP.accept_probs) are indexed like
-    draft_token_ids.reshape(-1). Raises InvalidInput (or TypeError for a wrong dtype) naming the
+    draft_token_ids.reshape(-1). Coupled needs positions (int64 [B]: the absolute position of
+    each sequence's first draft), as Randomness does. Raises InvalidInput (or TypeError for a wrong dtype) naming the
     argument, like sv.verify.
     """
     torch = _torch_module(draft_token_ids, target, draft, num_draft_tokens)
@@ -122,7 +123,7 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
     else:
         tokens = np.empty((B, K + 1), np.int32)
         num_accepted = np.empty(B, np.int32)
-    randomness = _core.Randomness(seed=seed, offset=offset, sequence_seeds=sequence_seeds)
+    randomness = _core.Randomness(seed=seed, offset=offset, sequence_seeds=sequence_seeds, positions=positions)
     _core._verify_padded(rule, batch, counts, randomness,
                          _core.ChainOutput(tokens=tokens, num_accepted=num_accepted), max_threads=max_threads)
     return tokens, num_accepted
@@ -199,7 +200,7 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     generator), and offset defaults to 0.
     """
     torch = _torch_module(draft_probs, draft_token_ids, target_probs)
-    B, K = _shape("draft_token_ids", draft_token_ids, 2)
+    B, _ = _shape("draft_token_ids", draft_token_ids, 2)
     counts = {"maybe_output_accepted_token_num": maybe_output_accepted_token_num,
               "maybe_output_emitted_draft_token_num": maybe_output_emitted_draft_token_num}
     for name, given in counts.items():
@@ -213,6 +214,33 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
             seed = int(np.random.randint(0, 2**62, dtype=np.int64))
     seed = _integer("seed", seed)
     offset = 0 if offset is None else _integer("offset", offset)
+    from specverify import ops  # it builds on this module
+    rows = [a for a in (draft_probs, draft_token_ids, target_probs) if a is not None]
+    if torch is not None and ops.registered() and all(isinstance(a, torch.Tensor) for a in rows):
+        # Tensors go through the operator (specverify/ops.py), as torch.compile sees the call;
+        # its seed and offset are int64 tensors on the rows' device holding the uint64 bits.
+        def word(value):
+            return torch.tensor([value - 2**64 if value >= 2**63 else value], dtype=torch.int64,
+                                device=target_probs.device)
+        tokens, passed, emitted = torch.ops.specverify.chain_speculative_sampling(
+            draft_probs, draft_token_ids, target_probs, word(seed), word(offset), deterministic)
+    else:
+        tokens, passed, emitted = _chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, seed, offset)
+
+    def counted(given, values):
+        if given is None:
+            return values
+        given += values
+        return given
+
+    return (tokens, counted(maybe_output_accepted_token_num, passed),
+            counted(maybe_output_emitted_draft_token_num, emitted))
+
+
+def _chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, seed, offset):
+    """chain_speculative_sampling's three outputs, new arrays, for integer `seed` and `offset`."""
+    torch = _torch_module(draft_probs, draft_token_ids, target_probs)
+    B, K = _shape("draft_token_ids", draft_token_ids, 2)
     ids32 = _int32_ids("draft_token_ids", draft_token_ids, torch, _shape("target_probs", target_probs, 3)[2])
     tokens, emitted = verify(_core.Standard(), ids32, target_probs, draft_probs, seed=seed, offset=offset)
 
@@ -230,12 +258,4 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
         p_x = np.take_along_axis(np.asarray(target_probs)[:, :K], ids, axis=2)[:, :, 0]
         q_x = np.take_along_axis(np.asarray(draft_probs), ids, axis=2)[:, :, 0] if draft_probs is not None else 1.0
         passed = (u * q_x < p_x).sum(axis=1).astype(np.int32)
-
-    def counted(given, values):
-        if given is None:
-            return values
-        given += values
-        return given
-
-    return (tokens, counted(maybe_output_accepted_token_num, passed),
-            counted(maybe_output_emitted_draft_token_num, emitted))
+    return tokens, passed, emitted

@@ -1,0 +1,173 @@
+"""Torch operators (API.md "Python, inside an engine's step"): registered in the namespace
+`specverify` through torch.library when `import specverify` finds torch, each with CPU, CUDA and
+Meta implementations, so that torch.compile traces a call as one node instead of breaking its graph.
+
+    tokens, accepted, emitted = torch.ops.specverify.chain_speculative_sampling(
+        draft_probs, draft_token_ids, target_probs, seed, offset, offset_increment=1)
+    tokens, num_accepted = torch.ops.specverify.verify_padded(
+        "standard", draft_token_ids, target, draft, num_draft_tokens, None, None, None, None, seed, offset)
+
+The CPU and CUDA implementations run sv.padded's functions on the same rows, so the outputs are
+theirs bit for bit, and bad input raises their InvalidInput or TypeError. The Meta one gives the
+outputs' shapes and dtypes from the shapes alone. `seed` and `offset` are int64 tensors of one
+element (a [B] `seed` in verify_padded: per-sequence seeds) on the rows' device, read as the uint64
+bits Randomness holds (a [B] seed with B = 1 gives the same bits either way). `offset` is the one argument written: `offset_increment` is added to it
+after a call that returned, so consecutive calls (or replays of a captured step) draw fresh
+uniforms; a call that raised leaves it as it was. verify_padded's `positions` (int64 [B], after
+the arguments API.md lists) is what "coupled" keys its samples by, as in Randomness.
+
+On CUDA this version reads `seed`, `offset` and the sampling parameters on the host: each call
+synchronises once, so it runs under torch.compile but cannot be captured in a CUDA graph.
+"""
+import numpy as np
+
+from specverify import _core, padded
+
+# verify_padded's `rule`: the rules that need no parameters.
+RULES = {
+    "standard": _core.Standard,
+    "greedy": _core.Greedy,
+    "block": _core.Block,
+    "traversal": _core.Traversal,
+    "coupled": _core.Coupled,
+}
+
+SCHEMAS = {
+    "chain_speculative_sampling":
+        "chain_speculative_sampling(Tensor? draft_probs, Tensor draft_token_ids, Tensor target_probs, Tensor seed, "
+        "Tensor(a!) offset, bool deterministic=True, int offset_increment=0) -> (Tensor, Tensor, Tensor)",
+    "verify_padded":
+        "verify_padded(str rule, Tensor draft_token_ids, Tensor target, Tensor? draft, Tensor? num_draft_tokens, "
+        "Tensor? temperature, Tensor? top_k, Tensor? top_p, Tensor? min_p, Tensor seed, Tensor(a!) offset, "
+        "int offset_increment=0, Tensor? positions=None) -> (Tensor, Tensor)",
+}
+
+# The four sampling parameters of verify_padded, with the dtype each tensor must hold.
+SAMPLING_FIELDS = (("temperature", "float32"), ("top_k", "int32"), ("top_p", "float32"), ("min_p", "float32"))
+
+_library = None  # the torch.library.Library that holds the registrations (they last as long as it)
+
+
+def _rule(name):
+    if not isinstance(name, str) or name not in RULES:
+        raise _core.InvalidInput(f"specverify: verify_padded: rule must be one of {', '.join(map(repr, RULES))}, "
+                                 f"got {name!r} (rules with parameters: sv.padded.verify)")
+    return RULES[name]()
+
+
+def _words(name, t, counts, torch):
+    """The int64 tensor `t` of one of `counts` elements, as the uint64 values its bits hold."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int64:
+        raise TypeError(f"specverify: {name} must be an int64 tensor, got "
+                        f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if t.numel() not in counts:
+        raise _core.InvalidInput(f"specverify: {name} must hold {' or '.join(map(str, counts))} values, "
+                                 f"got shape {tuple(t.shape)}")
+    return [v & (2**64 - 1) for v in t.reshape(-1).tolist()]
+
+
+def _same_device(name, t, where):
+    if t.device != where:
+        raise _core.InvalidInput(f"specverify: {name} is on {t.device}, but the rows are on {where}")
+
+
+def _sampling_params(batch_size, given, where):
+    """The SamplingParams array of the four [B] tensors in `given`, or None where none is given."""
+    present = [name for name, _ in SAMPLING_FIELDS if given[name] is not None]
+    if not present:
+        return None
+    if len(present) != len(SAMPLING_FIELDS):
+        missing = [name for name, _ in SAMPLING_FIELDS if given[name] is None]
+        raise _core.InvalidInput(f"specverify: verify_padded: temperature, top_k, top_p and min_p are all given "
+                                 f"(logits rows) or all None (probabilities); {', '.join(missing)} missing")
+    values = {}
+    for name, dtype in SAMPLING_FIELDS:
+        t = given[name]
+        if str(t.dtype) != f"torch.{dtype}":
+            raise TypeError(f"specverify: {name} must hold {dtype}, got {t.dtype} (tensors are never converted)")
+        if tuple(t.shape) != (batch_size,):
+            raise _core.InvalidInput(f"specverify: {name} has shape {tuple(t.shape)}, but it needs one value per "
+                                     f"sequence ({batch_size})")
+        _same_device(name, t, where)
+        values[name] = t.cpu().numpy()
+    from specverify import sampling_params
+    return sampling_params(batch_size, **values)
+
+
+def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, seed, offset, deterministic=True,
+                               offset_increment=0):
+    import torch
+    where = target_probs.device
+    for name, t in (("seed", seed), ("offset", offset)):
+        if isinstance(t, torch.Tensor):
+            _same_device(name, t, where)
+    seed_word, = _words("seed", seed, (1,), torch)
+    offset_word, = _words("offset", offset, (1,), torch)
+    outputs = padded._chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, seed_word, offset_word)
+    offset.add_(offset_increment)
+    return outputs
+
+
+def verify_padded(rule, draft_token_ids, target, draft, num_draft_tokens, temperature, top_k, top_p, min_p, seed,
+                  offset, offset_increment=0, positions=None):
+    import torch
+    rule = _rule(rule)
+    B, _ = padded._shape("draft_token_ids", draft_token_ids, 2)
+    where = target.device
+    for name, t in (("seed", seed), ("offset", offset)):
+        if isinstance(t, torch.Tensor):
+            _same_device(name, t, where)
+    seeds = _words("seed", seed, (1, B) if B > 1 else (1,), torch)
+    offset_word, = _words("offset", offset, (1,), torch)
+    params = _sampling_params(B, dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p), where)
+    # At B = 1 the batch's seed and one sequence seed key the same streams (walk_steps.hpp).
+    per_sequence = len(seeds) > 1
+    outputs = padded.verify(rule, draft_token_ids, target, draft, num_draft_tokens, params=params,
+                            seed=0 if per_sequence else seeds[0], offset=offset_word,
+                            sequence_seeds=np.array(seeds, np.uint64) if per_sequence else None,
+                            positions=positions)
+    offset.add_(offset_increment)
+    return outputs
+
+
+def _chain_shapes(draft_probs, draft_token_ids, target_probs, seed, offset, deterministic=True, offset_increment=0):
+    import torch
+    B, K = padded._shape("draft_token_ids", draft_token_ids, 2)
+    where = target_probs.device
+    return (torch.empty((B, K + 1), dtype=torch.int32, device=where),
+            torch.empty((B,), dtype=torch.int32, device=where), torch.empty((B,), dtype=torch.int32, device=where))
+
+
+def _verify_shapes(rule, draft_token_ids, target, draft, num_draft_tokens, temperature, top_k, top_p, min_p, seed,
+                   offset, offset_increment=0, positions=None):
+    import torch
+    _rule(rule)
+    B, K = padded._shape("draft_token_ids", draft_token_ids, 2)
+    where = target.device
+    return (torch.empty((B, K + 1), dtype=torch.int32, device=where), torch.empty((B,), dtype=torch.int32, device=where))
+
+
+def registered():
+    """Whether this process has the operators (torch was found when specverify was imported)."""
+    return _library is not None
+
+
+def register(torch):
+    """Defines the operators once per process (a second call does nothing)."""
+    global _library
+    if _library is not None:
+        return
+    library = torch.library.Library("specverify", "DEF")
+    implementations = {"chain_speculative_sampling": (chain_speculative_sampling, _chain_shapes),
+                       "verify_padded": (verify_padded, _verify_shapes)}
+    for name, (run, shapes) in implementations.items():
+        library.define(SCHEMAS[name])
+        library.impl(name, run, "CPU")
+        library.impl(name, run, "CUDA")
+        register_fake = getattr(torch.library, "register_fake", None) or getattr(torch.library, "impl_abstract", None)
+        if register_fake is not None:  # torch >= 2.2: the fake (meta) implementation torch.compile asks for
+            register_fake(f"specverify::{name}", shapes, lib=library)
+        else:  # torch 1.13: a Meta kernel, and the same below autograd (1.13 has no fallthrough for Meta)
+            library.impl(name, shapes, "Meta")
+            library.impl(name, shapes, "AutogradMeta")
+    _library = library
