@@ -15,8 +15,8 @@ best() {
     s=$(date +%s.%N)
     # shellcheck disable=SC2086
     $cxx -std=c++17 $flags -Iinclude "$@" -c "$src" -o /dev/null
-    t=$(echo "$(date +%s.%N) - $s" | bc)
-    if [ -z "$b" ] || [ "$(echo "$t < $b" | bc)" = 1 ]; then b=$t; fi
+    t=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+    if [ -z "$b" ] || awk -v t="$t" -v b="$b" 'BEGIN { exit !(t < b) }'; then b=$t; fi
     i=$((i + 1))
   done
   echo "$b"
@@ -24,4 +24,4 @@ best() {
 header_only=$(best)
 compiled=$(best -DSPECVERIFY_COMPILED)
 printf '%s %s, fastest of %s\nheader-only            %6.1f s\nspecverify::compiled   %6.1f s  (%.2fx)\n' \
-  "$cxx" "$flags" "$n" "$header_only" "$compiled" "$(echo "$compiled / $header_only" | bc -l)"
+  "$cxx" "$flags" "$n" "$header_only" "$compiled" "$(awk -v c="$compiled" -v h="$header_only" 'BEGIN { print c / h }')"
