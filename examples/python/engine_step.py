@@ -5,7 +5,7 @@ the target. A step drafts K tokens per sequence, verifies them against the targe
 Standard speculative sampling, and commits the kept drafts plus the one extra token. The step is a
 function of tensors only, so torch.compile (torch >= 2) traces it whole: the operator is one node.
 Each call advances the offset tensor on the rows' device (offset_increment=1), so consecutive steps
-draw fresh uniforms without the host.
+draw fresh uniforms without the host, and counts the drafts kept at each position there.
 
     python3 engine_step.py [--device cpu|cuda] [--steps N]
 
@@ -28,9 +28,10 @@ def models(device):
     return target.to(device), draft.to(device)
 
 
-def step(last, target_table, draft_table, seed, offset, generator):
+def step(last, target_table, draft_table, seed, offset, kept_at, generator):
     """Drafts K tokens after each sequence's `last` token, verifies them, and returns the tokens to
-    commit [B, K+1] (-1 past each sequence's) and how many of the drafts each sequence kept."""
+    commit [B, K+1] (-1 past each sequence's) and how many of the drafts each sequence kept;
+    kept_at[j] gains the number of sequences that kept draft j (the engine's metrics)."""
     drafts, draft_rows, token = [], [], last
     for _ in range(K):
         logits = draft_table[token.long()]
@@ -45,7 +46,7 @@ def step(last, target_table, draft_table, seed, offset, generator):
     return torch.ops.specverify.verify_padded(
         "standard", drafts, target_rows.contiguous(), draft_rows.contiguous(), None,
         ones, torch.zeros_like(ones, dtype=torch.int32), ones, torch.zeros_like(ones),  # T = 1, no top-k/p/min-p
-        seed, offset, 1)
+        seed, offset, 1, None, kept_at)
 
 
 def main():
@@ -57,6 +58,7 @@ def main():
     target_table, draft_table = models(device)
     seed = torch.tensor([2024], dtype=torch.int64, device=device)
     offset = torch.zeros(1, dtype=torch.int64, device=device)
+    kept_at = torch.zeros(K, dtype=torch.int64, device=device)
     generator = torch.Generator(device=device).manual_seed(1)
     run = torch.compile(step) if hasattr(torch, "compile") else step
 
@@ -64,7 +66,7 @@ def main():
     sequences = [[0] for _ in range(B)]
     kept = 0
     for _ in range(args.steps):
-        tokens, accepted = run(last, target_table, draft_table, seed, offset, generator)
+        tokens, accepted = run(last, target_table, draft_table, seed, offset, kept_at, generator)
         tokens, accepted = tokens.cpu(), accepted.cpu()  # the engine's commit, on the host here
         for b in range(B):
             n = int(accepted[b])
@@ -72,6 +74,7 @@ def main():
             last[b] = int(tokens[b, n])
         kept += int(accepted.sum())
     print(f"{args.steps} steps on {device}: {kept} of {args.steps * B * K} drafts kept, offset now {int(offset)}")
+    print(f"kept at each draft position: {kept_at.tolist()}")
     for b, s in enumerate(sequences):
         print(f"sequence {b}: {s}")
 

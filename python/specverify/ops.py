@@ -13,8 +13,10 @@ outputs' shapes and dtypes from the shapes alone. `seed` and `offset` are int64 
 element (a [B] `seed` in verify_padded: per-sequence seeds) on the rows' device, read as the uint64
 bits Randomness holds (a [B] seed with B = 1 gives the same bits either way). `offset` is the one argument written: `offset_increment` is added to it
 after a call that returned, so consecutive calls (or replays of a captured step) draw fresh
-uniforms; a call that raised leaves it as it was. verify_padded's `positions` (int64 [B], after
-the arguments API.md lists) is what "coupled" keys its samples by, as in Randomness.
+uniforms; a call that raised leaves it as it was. After the arguments API.md lists, verify_padded
+takes `positions` (int64 [B]: what "coupled" keys its samples by, as in Randomness) and
+`acceptance_counts` (int32 or int64 [K], written: each j gains the number of sequences that kept
+draft j). sv.padded's functions call these operators when given tensors (operator_call).
 
 On CUDA this version reads `seed`, `offset` and the sampling parameters on the host: each call
 synchronises once, so it runs under torch.compile but cannot be captured in a CUDA graph.
@@ -32,6 +34,8 @@ RULES = {
     "coupled": _core.Coupled,
 }
 
+_RULE_NAMES = {cls: name for name, cls in RULES.items()}
+
 SCHEMAS = {
     "chain_speculative_sampling":
         "chain_speculative_sampling(Tensor? draft_probs, Tensor draft_token_ids, Tensor target_probs, Tensor seed, "
@@ -39,7 +43,7 @@ SCHEMAS = {
     "verify_padded":
         "verify_padded(str rule, Tensor draft_token_ids, Tensor target, Tensor? draft, Tensor? num_draft_tokens, "
         "Tensor? temperature, Tensor? top_k, Tensor? top_p, Tensor? min_p, Tensor seed, Tensor(a!) offset, "
-        "int offset_increment=0, Tensor? positions=None) -> (Tensor, Tensor)",
+        "int offset_increment=0, Tensor? positions=None, Tensor(b!)? acceptance_counts=None) -> (Tensor, Tensor)",
 }
 
 # The four sampling parameters of verify_padded, with the dtype each tensor must hold.
@@ -109,7 +113,7 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, seed,
 
 
 def verify_padded(rule, draft_token_ids, target, draft, num_draft_tokens, temperature, top_k, top_p, min_p, seed,
-                  offset, offset_increment=0, positions=None):
+                  offset, offset_increment=0, positions=None, acceptance_counts=None):
     import torch
     rule = _rule(rule)
     B, _ = padded._shape("draft_token_ids", draft_token_ids, 2)
@@ -122,10 +126,10 @@ def verify_padded(rule, draft_token_ids, target, draft, num_draft_tokens, temper
     params = _sampling_params(B, dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p), where)
     # At B = 1 the batch's seed and one sequence seed key the same streams (walk_steps.hpp).
     per_sequence = len(seeds) > 1
-    outputs = padded.verify(rule, draft_token_ids, target, draft, num_draft_tokens, params=params,
-                            seed=0 if per_sequence else seeds[0], offset=offset_word,
-                            sequence_seeds=np.array(seeds, np.uint64) if per_sequence else None,
-                            positions=positions)
+    outputs = padded._verify(rule, draft_token_ids, target, draft, num_draft_tokens, params=params,
+                             seed=0 if per_sequence else seeds[0], offset=offset_word,
+                             sequence_seeds=np.array(seeds, np.uint64) if per_sequence else None,
+                             positions=positions, acceptance_counts=acceptance_counts, max_threads=0)
     offset.add_(offset_increment)
     return outputs
 
@@ -139,12 +143,52 @@ def _chain_shapes(draft_probs, draft_token_ids, target_probs, seed, offset, dete
 
 
 def _verify_shapes(rule, draft_token_ids, target, draft, num_draft_tokens, temperature, top_k, top_p, min_p, seed,
-                   offset, offset_increment=0, positions=None):
+                   offset, offset_increment=0, positions=None, acceptance_counts=None):
     import torch
     _rule(rule)
     B, K = padded._shape("draft_token_ids", draft_token_ids, 2)
     where = target.device
     return (torch.empty((B, K + 1), dtype=torch.int32, device=where), torch.empty((B,), dtype=torch.int32, device=where))
+
+
+def operator_call(rule, draft_token_ids, target, draft, num_draft_tokens, params, seed, offset, sequence_seeds,
+                  positions, acceptance_counts, max_threads):
+    """sv.padded.verify's call as a call of torch.ops.specverify.verify_padded (a function of no
+    arguments), where it is one: tensors, a rule without parameters, sampling parameters without
+    penalties, the default max_threads, and seeds of their plain types. Else None: the call runs
+    as it is (and raises what it raises)."""
+    if _library is None or type(rule) not in _RULE_NAMES or max_threads != 0:
+        return None
+    import torch
+    arrays = (draft_token_ids, target, draft, num_draft_tokens, positions, acceptance_counts)
+    if not isinstance(target, torch.Tensor) or \
+            not all(a is None or isinstance(a, torch.Tensor) for a in arrays):
+        return None
+    shape = tuple(getattr(draft_token_ids, "shape", ()))
+    if len(shape) != 2:
+        return None
+    B, where = shape[0], target.device
+    words = [seed, offset] + ([] if sequence_seeds is None else list(np.asarray(
+        sequence_seeds.cpu() if isinstance(sequence_seeds, torch.Tensor) else sequence_seeds).reshape(-1)))
+    if not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) and 0 <= int(w) < 2**64 for w in words):
+        return None  # sv.verify's Randomness names what does not fit
+    if sequence_seeds is not None and len(words) - 2 != B:
+        return None
+    fields = (None,) * len(SAMPLING_FIELDS)
+    if params is not None:
+        if not isinstance(params, np.ndarray) or params.dtype != _core.SamplingParams.dtype or params.shape != (B,) \
+                or (params["repetition_penalty"] != 1).any() or (params["presence_penalty"] != 0).any() \
+                or (params["frequency_penalty"] != 0).any():
+            return None
+        fields = tuple(torch.from_numpy(np.ascontiguousarray(params[name])).to(where) for name, _ in SAMPLING_FIELDS)
+
+    def word_tensor(values):
+        return torch.tensor([int(v) - 2**64 if int(v) >= 2**63 else int(v) for v in values], dtype=torch.int64,
+                            device=where)
+    seed_tensor = word_tensor(words[2:] if sequence_seeds is not None else [seed])
+    return lambda: torch.ops.specverify.verify_padded(_RULE_NAMES[type(rule)], draft_token_ids, target, draft,
+                                                      num_draft_tokens, *fields, seed_tensor, word_tensor([offset]),
+                                                      0, positions, acceptance_counts)
 
 
 def registered():

@@ -66,7 +66,7 @@ def _rows(name, a, torch, rows, vocab):
 
 
 def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, params=None, seed=0, offset=0,
-           sequence_seeds=None, positions=None, max_threads=0):
+           sequence_seeds=None, positions=None, acceptance_counts=None, max_threads=0):
     """Verifies B padded draft chains with `rule`; returns new int32 arrays (tensors for tensor
     inputs) `tokens` [B, K+1] (accepted drafts, the extra token, then -1) and `num_accepted` [B].
 
@@ -76,9 +76,24 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
     [B], each in [0, K] (default K): sequence b's drafts past it, and their rows, are not read.
     A rule's per-draft arrays (Sprinter.verifier_scores, SpecDecPP.accept_probs) are indexed like
     draft_token_ids.reshape(-1). Coupled needs positions (int64 [B]: the absolute position of
-    each sequence's first draft), as Randomness does. Raises InvalidInput (or TypeError for a wrong dtype) naming the
+    each sequence's first draft), as Randomness does. acceptance_counts (int32 or int64 [K], where
+    the rows are) gains, at each j, the number of sequences that kept draft j: engines' acceptance
+    rates, counted where the rows are. Raises InvalidInput (or TypeError for a wrong dtype) naming the
     argument, like sv.verify.
     """
+    from specverify import ops  # it builds on this module
+    call = ops.operator_call(rule, draft_token_ids, target, draft, num_draft_tokens, params, seed, offset,
+                             sequence_seeds, positions, acceptance_counts, max_threads)
+    if call is not None:
+        return call()
+    return _verify(rule, draft_token_ids, target, draft, num_draft_tokens, params=params, seed=seed, offset=offset,
+                   sequence_seeds=sequence_seeds, positions=positions, acceptance_counts=acceptance_counts,
+                   max_threads=max_threads)
+
+
+def _verify(rule, draft_token_ids, target, draft, num_draft_tokens, *, params, seed, offset, sequence_seeds,
+            positions, acceptance_counts, max_threads):
+    """verify, on the rows as they are (the operators' kernels call it too)."""
     torch = _torch_module(draft_token_ids, target, draft, num_draft_tokens)
     B, K = _shape("draft_token_ids", draft_token_ids, 2)
     _expect_dtype("draft_token_ids", draft_token_ids, torch, "int32")
@@ -98,6 +113,9 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
             raise _core.InvalidInput(f"specverify: num_draft_tokens has shape {tuple(num_draft_tokens.shape)}, "
                                      f"but it needs one count per sequence ({B})")
         _expect_dtype("num_draft_tokens", num_draft_tokens, torch, "int32")
+
+    if acceptance_counts is not None:
+        _expect_position_counts(acceptance_counts, torch, K, target)
 
     # Everything below is where target is; the library checks that every array is there too, and
     # checks each count against its sequence's K slots. The drafts past each count are not read.
@@ -126,7 +144,29 @@ def verify(rule, draft_token_ids, target, draft=None, num_draft_tokens=None, *, 
     randomness = _core.Randomness(seed=seed, offset=offset, sequence_seeds=sequence_seeds, positions=positions)
     _core._verify_padded(rule, batch, counts, randomness,
                          _core.ChainOutput(tokens=tokens, num_accepted=num_accepted), max_threads=max_threads)
+    if acceptance_counts is not None:
+        if torch is not None:
+            acceptance_counts += (num_accepted[:, None] > torch.arange(K, device=num_accepted.device)).sum(dim=0)
+        else:
+            acceptance_counts += (num_accepted[:, None] > np.arange(K)).sum(axis=0).astype(acceptance_counts.dtype)
     return tokens, num_accepted
+
+
+def _expect_position_counts(counts, torch, K, target):
+    """acceptance_counts: int32 or int64 [K] where the rows are (the counts are added in place)."""
+    dtype = str(getattr(counts, "dtype", type(counts).__name__)).replace("torch.", "")
+    if dtype not in ("int32", "int64"):
+        raise TypeError(f"specverify: acceptance_counts must hold int32 or int64, got {dtype} "
+                        f"(the counts are added to it in place)")
+    if tuple(counts.shape) != (K,):
+        raise _core.InvalidInput(f"specverify: acceptance_counts has shape {tuple(counts.shape)}, but it needs one "
+                                 f"count per draft position ({K})")
+    on_torch = torch is not None and isinstance(counts, torch.Tensor)
+    where = counts.device if on_torch else None
+    rows = target.device if torch is not None and isinstance(target, torch.Tensor) else None
+    if (where is None) != (rows is None) or (where is not None and where != rows):
+        raise _core.InvalidInput(f"specverify: acceptance_counts is on {where or 'the host (NumPy)'}, but the rows are on "
+                                 f"{rows or 'the host (NumPy)'}")
 
 
 def _integer(name, value):
@@ -242,7 +282,8 @@ def _chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, seed
     torch = _torch_module(draft_probs, draft_token_ids, target_probs)
     B, K = _shape("draft_token_ids", draft_token_ids, 2)
     ids32 = _int32_ids("draft_token_ids", draft_token_ids, torch, _shape("target_probs", target_probs, 3)[2])
-    tokens, emitted = verify(_core.Standard(), ids32, target_probs, draft_probs, seed=seed, offset=offset)
+    tokens, emitted = _verify(_core.Standard(), ids32, target_probs, draft_probs, None, params=None, seed=seed,
+                              offset=offset, sequence_seeds=None, positions=None, acceptance_counts=None, max_threads=0)
 
     # Every position's own test, on the uniforms verify used (the same float arithmetic), where
     # the rows are (verify has checked every draft token against the vocabulary).

@@ -54,10 +54,19 @@ def operator_call(c, rule, seed, offset, offset_increment=0, counts=True, device
 
 
 def padded_call(c, rule, seed, offset, seeds=None, counts=True):
-    return sv.padded.verify(sv.ops.RULES[rule](), torch.from_numpy(c.ids), torch.from_numpy(c.p),
-                            None if c.q is None else torch.from_numpy(c.q),
-                            torch.from_numpy(c.counts) if counts else None, params=c.params, seed=seed,
-                            offset=offset, sequence_seeds=seeds, positions=positions_for(c, rule))
+    """sv.padded.verify on NumPy arrays: the padded function itself (tensors would go through the
+    operator)."""
+    positions = positions_for(c, rule)
+    return sv.padded.verify(sv.ops.RULES[rule](), c.ids, c.p, c.q, c.counts if counts else None, params=c.params,
+                            seed=seed, offset=offset, sequence_seeds=seeds,
+                            positions=None if positions is None else positions.numpy())
+
+
+def operators_run(call):
+    """The names of the specverify operators `call` ran (torch's profiler records each dispatch)."""
+    with torch.profiler.profile() as profile:
+        call()
+    return [e.name for e in profile.events() if e.name.startswith("specverify::")]
 
 
 def test_the_operators_are_registered_with_their_schemas():
@@ -134,6 +143,67 @@ def test_coupled_needs_positions(rng):
     first = operator_call(c, "coupled", word(1), word(0))
     # Coupled ignores the offset (its samples are keyed by seed and position): the same tokens.
     assert digest(*operator_call(c, "coupled", word(1), word(1))) == digest(*first)
+
+
+def test_the_padded_functions_go_through_the_operators_for_tensors(rng):
+    c = Padded(rng, [3, 1, 2], 3, 24, logits=True)
+    t = {name: torch.from_numpy(getattr(c, name)) for name in ("ids", "p", "q", "counts")}
+    seeds = rng.integers(0, 2**64, c.B, dtype=np.uint64)
+    for rule in RULES:
+        positions = positions_for(c, rule)
+        call = lambda: sv.padded.verify(sv.ops.RULES[rule](), t["ids"], t["p"], t["q"], t["counts"],  # noqa: E731
+                                        params=c.params, seed=3, offset=4, sequence_seeds=seeds, positions=positions)
+        assert operators_run(call) == ["specverify::verify_padded"]
+        assert digest(*call()) == digest(*padded_call(c, rule, 3, 4, seeds=seeds))
+    # What the operator cannot express runs as it is: a rule with parameters, penalties, max_threads.
+    args = (t["ids"], t["p"], t["q"], t["counts"])
+    assert operators_run(lambda: sv.padded.verify(sv.Ears(beta=0.2), *args, params=c.params)) == []
+    penalised = c.params.copy()
+    penalised["repetition_penalty"] = 1.5
+    assert operators_run(lambda: sv.padded.verify(sv.Standard(), *args, params=penalised)) == []
+    assert operators_run(lambda: sv.padded.verify(sv.Standard(), *args, params=c.params, max_threads=1)) == []
+    p = Padded(rng, [2, 2], 2, 16)
+    assert operators_run(lambda: sv.padded.chain_speculative_sampling(
+        torch.from_numpy(p.q), torch.from_numpy(p.ids), torch.from_numpy(p.p), seed=1)) == \
+        ["specverify::chain_speculative_sampling"]
+
+
+@pytest.mark.parametrize("module", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_acceptance_counts_add_the_sequences_that_kept_each_draft(rng, module, dtype):
+    K, B = 4, 40
+    c = Padded(rng, counts_for(rng, B, K), K, 32)
+    counts = np.full(K, 5, dtype)
+    arg = counts if module == "numpy" else torch.from_numpy(counts)
+    kept = []
+    for offset in range(3):
+        if module == "numpy":
+            _, accepted = sv.padded.verify(sv.Standard(), c.ids, c.p, c.q, c.counts, offset=offset,
+                                           acceptance_counts=arg)
+        else:
+            _, accepted = operator_call_with_counts(c, offset, arg)
+        kept.append(np.asarray(accepted))
+    expected = 5 + sum((a[:, None] > np.arange(K)).sum(axis=0) for a in kept)
+    np.testing.assert_array_equal(np.asarray(arg), expected)
+    assert expected[0] > 5 + 3 and expected[-1] < expected[0]  # some kept, fewer at later positions
+
+
+def operator_call_with_counts(c, offset, counts):
+    return torch.ops.specverify.verify_padded("standard", torch.from_numpy(c.ids), torch.from_numpy(c.p),
+                                              torch.from_numpy(c.q), torch.from_numpy(c.counts), None, None, None,
+                                              None, word(1), word(offset), 0, None, counts)
+
+
+def test_acceptance_counts_of_another_shape_dtype_or_place_are_refused_untouched(rng):
+    c = Padded(rng, [3, 3], 3, 16)
+    for counts, error, message in [(torch.zeros(3, dtype=torch.float32), TypeError, "must hold int32 or int64"),
+                                   (torch.zeros(4, dtype=torch.int64), sv.InvalidInput, "needs one count per draft"),
+                                   (np.zeros(3, np.int64), sv.InvalidInput, "acceptance_counts is on the host")]:
+        before = np.array(counts).copy()
+        with pytest.raises(error, match=message):
+            sv.padded.verify(sv.Standard(), torch.from_numpy(c.ids), torch.from_numpy(c.p), torch.from_numpy(c.q),
+                             acceptance_counts=counts)
+        np.testing.assert_array_equal(np.array(counts), before)
 
 
 def test_a_call_that_raises_leaves_the_offset():
@@ -248,6 +318,8 @@ def test_the_engine_step_example_runs_and_repeats():
     assert runs[0].stdout == runs[1].stdout  # the seed and offset tensors fix every step
     kept, drafted, offset = map(int, re.search(r"(\d+) of (\d+) drafts kept, offset now (\d+)", runs[0].stdout).groups())
     assert drafted == 3 * 4 * 4 and 0 < kept < drafted and offset == 3
+    at_positions = [int(n) for n in re.search(r"kept at each draft position: \[(.*)\]", runs[0].stdout)[1].split(",")]
+    assert sum(at_positions) == kept and at_positions == sorted(at_positions, reverse=True)
     sequences = re.findall(r"sequence \d+: \[(.*)\]", runs[0].stdout)
     # Each step commits the kept drafts and one more token: 1 + 3 steps' (kept_b + 1) tokens in all.
     assert sum(len(s.split(",")) for s in sequences) == 4 + kept + 3 * 4
