@@ -10,9 +10,9 @@ Meta implementations, so that torch.compile traces a call as one node instead of
 The CPU and CUDA implementations run sv.padded's functions on the same rows, so the outputs are
 theirs bit for bit, and bad input raises their InvalidInput or TypeError. The Meta one gives the
 outputs' shapes and dtypes from the shapes alone. `seed` and `offset` are int64 tensors of one
-element (a [B] `seed` in verify_padded: per-sequence seeds) on the rows' device, read as the uint64
-bits Randomness holds (a [B] seed with B = 1 gives the same bits either way). `offset` is the one argument written: `offset_increment` is added to it
-after a call that returned, so consecutive calls (or replays of a captured step) draw fresh
+element (a [B] `seed` in verify_padded: per-sequence seeds; at B = 1 both readings give the same
+bits) on the rows' device, read as the uint64 bits Randomness holds. `offset` is written:
+`offset_increment` is added to it after a call that returned, so consecutive calls draw fresh
 uniforms; a call that raised leaves it as it was. After the arguments API.md lists, verify_padded
 takes `positions` (int64 [B]: what "coupled" keys its samples by, as in Randomness) and
 `acceptance_counts` (int32 or int64 [K], written: each j gains the number of sequences that kept
@@ -148,7 +148,8 @@ def _verify_shapes(rule, draft_token_ids, target, draft, num_draft_tokens, tempe
     _rule(rule)
     B, K = padded._shape("draft_token_ids", draft_token_ids, 2)
     where = target.device
-    return (torch.empty((B, K + 1), dtype=torch.int32, device=where), torch.empty((B,), dtype=torch.int32, device=where))
+    return (torch.empty((B, K + 1), dtype=torch.int32, device=where),
+            torch.empty((B,), dtype=torch.int32, device=where))
 
 
 def operator_call(rule, draft_token_ids, target, draft, num_draft_tokens, params, seed, offset, sequence_seeds,

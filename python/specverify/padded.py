@@ -165,8 +165,9 @@ def _expect_position_counts(counts, torch, K, target):
     where = counts.device if on_torch else None
     rows = target.device if torch is not None and isinstance(target, torch.Tensor) else None
     if (where is None) != (rows is None) or (where is not None and where != rows):
-        raise _core.InvalidInput(f"specverify: acceptance_counts is on {where or 'the host (NumPy)'}, but the rows are on "
-                                 f"{rows or 'the host (NumPy)'}")
+        host = "the host (NumPy)"
+        raise _core.InvalidInput(f"specverify: acceptance_counts is on {where or host}, but the rows are on "
+                                 f"{rows or host}")
 
 
 def _integer(name, value):

@@ -316,7 +316,8 @@ def test_the_engine_step_example_runs_and_repeats():
                            text=True, env=os.environ, timeout=300) for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr
     assert runs[0].stdout == runs[1].stdout  # the seed and offset tensors fix every step
-    kept, drafted, offset = map(int, re.search(r"(\d+) of (\d+) drafts kept, offset now (\d+)", runs[0].stdout).groups())
+    summary = re.search(r"(\d+) of (\d+) drafts kept, offset now (\d+)", runs[0].stdout)
+    kept, drafted, offset = map(int, summary.groups())
     assert drafted == 3 * 4 * 4 and 0 < kept < drafted and offset == 3
     at_positions = [int(n) for n in re.search(r"kept at each draft position: \[(.*)\]", runs[0].stdout)[1].split(",")]
     assert sum(at_positions) == kept and at_positions == sorted(at_positions, reverse=True)
