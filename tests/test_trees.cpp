@@ -680,6 +680,109 @@ TEST(ResidualKernel, MatchesTheScalarDefinition) {
 }
 
 
+/// One-hot drafts: a node's later masses and its draw come from the row's summary (chunk sums
+/// less the rejected tokens' terms) where the rows keep one. They must give the bits of a pass
+/// over the weights and of the scalar definition, for rejected tokens repeated, in one chunk or
+/// many, at the row's edges, and on rows scaled out of FixedSum's domain; a summary that forgets
+/// to take a token back from its chunk (the planted fault) must be caught.
+TEST(ResidualKernel, OneHotSummaryGivesThePassesBits) {
+  std::mt19937_64 rng(43);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::int32_t checks = 0, mismatches = 0, planted = 0, tries = 0;
+  for (std::int32_t n : {1, 17, 1041, 3000, 70001}) {
+    const cpu::Rows<> rows{n};
+    for (std::int32_t trial = 0; trial < 12; ++trial) {
+      auto p = testing::random_distribution(n, rng);
+      if (trial % 3 == 1) {
+        for (auto& v : p) v *= 4096.0f;  // outside the domain: summed at a scale
+      }
+      if (trial % 3 == 2) {
+        for (auto& v : p) v *= 0x1p-40f;  // below 2^-32: scaled up
+      }
+      const std::int32_t steps = 1 + std::int32_t(rng() % 12);
+      std::vector<std::int32_t> tokens;
+      for (std::int32_t s = 0; s < steps; ++s) {
+        const std::int32_t pick = std::int32_t(rng() % 4);
+        tokens.push_back(pick == 0 && s > 0 ? tokens[rng() % tokens.size()]  // a repeated child
+                         : pick == 1 ? (s % 2 ? 0 : n - 1)                      // the row's edges
+                                     : std::int32_t(rng() % std::uint64_t(n)));
+      }
+      cpu::SiblingRoom summarised, passes;
+      core::Residual<const float*> a, b;  // a: the summary's path (room over the vocabulary)
+      a.p = b.p = p.data();
+      a.drafted = b.drafted = Drafted::deterministic;
+      a.siblings = summarised.siblings(steps + 1, n);
+      b.siblings = passes.siblings(steps + 1);
+      ASSERT_NE(a.siblings.summary, nullptr);
+      ASSERT_EQ(b.siblings.summary, nullptr);
+      for (std::int32_t s = 0; s <= steps; ++s) {
+        const std::int32_t x = s < steps ? tokens[std::size_t(s)] : std::int32_t(kNoToken);
+        const auto za = cpu::residual_mass<>(a, x, n), zb = cpu::residual_mass<>(b, x, n);
+        const auto scalar = core::residual_mass(rows, a, x);
+        ASSERT_TRUE(za.ok && zb.ok && scalar.ok);
+        ++checks;
+        mismatches += za.value != zb.value || za.value != scalar.value;
+        for (float u : {0.0f, 0x1.fffffep-1f, uniform(rng), uniform(rng)}) {
+          ++checks;
+          const auto da = cpu::residual_draw<>(a, x, u, n), db = cpu::residual_draw<>(b, x, u, n);
+          mismatches += da.value != db.value || da.value != core::residual_draw(rows, a, x, u).value;
+        }
+        if (s == steps || !(za.value > 0)) break;
+        a.absorb(rows, x, za.value);
+        b.absorb(rows, x, zb.value);
+        EXPECT_EQ(a.at(rows, x), 0.0) << "a rejected token weighs 0";
+      }
+      // The planted fault: the last rejected token's term left in its chunk, the total right. A
+      // threshold between the chunk's true and planted sums then finds no crossing in that chunk.
+      const std::int32_t last = a.siblings.token[a.steps - 1], c = last / core::chunk_length(n);
+      const double scale = a.siblings.summary->scale;
+      core::ChunkSums right;
+      a.one_hot_chunks(rows, kNoToken, n, right);
+      core::ChunkSums wrong = right;
+      wrong.chunk[c].merge(core::FixedSum::term(double(p[std::size_t(last)]) * scale));
+      core::FixedSum through;
+      for (std::int32_t k = 0; k <= c; ++k) through.merge(right.chunk[k]);
+      const double threshold = through.value() + 0.5 * double(p[std::size_t(last)]) * scale;
+      core::FixedSum planted_through = through;
+      planted_through.merge(core::FixedSum::term(double(p[std::size_t(last)]) * scale));
+      // (A term below the sums' double resolution moves no threshold: nothing to see.)
+      if (c + 1 < right.chunks && through.value() < threshold && threshold < planted_through.value() &&
+          threshold < right.total.value()) {
+        cpu::detail::ResidualLanes<cpu::DefaultArch, const float*> lanes(a, kNoToken, n);
+        ++tries;
+        planted += cpu::locate<cpu::DefaultArch>(lanes, lanes, n, scale, right, {}, threshold) !=
+                   cpu::locate<cpu::DefaultArch>(lanes, lanes, n, scale, wrong, {}, threshold);
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << checks;
+  EXPECT_GT(tries, 0);
+  EXPECT_EQ(planted, tries) << "a chunk sum that keeps a rejected token moves the draw";
+}
+
+TEST(ResidualKernel, OneHotSummaryTakesNoPassPerSibling) {
+  // Every later sibling's mass comes from the summary: the row may change after the first pass
+  // (it cannot in a walk) and the masses still follow the first pass, which a pass would not.
+  const std::int32_t n = 5000;
+  std::mt19937_64 rng(7);
+  auto p = testing::random_distribution(n, rng);
+  cpu::SiblingRoom room;
+  core::Residual<const float*> r;
+  r.p = p.data();
+  r.drafted = Drafted::deterministic;
+  r.siblings = room.siblings(4, n);
+  const cpu::Rows<> rows{n};
+  const auto z = cpu::residual_mass<>(r, 10, n);
+  ASSERT_TRUE(z.ok);
+  r.absorb(rows, 10, z.value);
+  const float was = p[4000];
+  p[4000] = 0.5f;  // seen by a pass, not by the summary
+  const auto summarised = cpu::residual_mass<>(r, 20, n);
+  r.siblings.summary->ready = false;  // what a new node's room gives
+  const auto passed = cpu::residual_mass<>(r, 20, n);
+  EXPECT_NEAR(passed.value - summarised.value, 0.5 - double(was), 1e-6);
+}
+
 /// The CPU rows with the scalar residual passes (core::residual_mass / residual_draw).
 struct ScalarResidualRows : cpu::Rows<> {
   cpu::Checked<double> mass(const core::Residual<View>& r, std::int32_t x) const {

@@ -135,6 +135,13 @@ struct FixedSum {
     add_units(other.hi, other.lo);
   }
 
+  /// Takes back `part`, a sum of some of the terms merged here: the words are those of the sum
+  /// of the other terms alone, as integers subtract exactly.
+  SPECVERIFY_HD void remove(const FixedSum& part) {
+    add_units(static_cast<std::int64_t>(std::uint64_t{0} - static_cast<std::uint64_t>(part.hi)),
+              static_cast<std::int64_t>(std::uint64_t{0} - static_cast<std::uint64_t>(part.lo)));
+  }
+
   /// The canonical form: lo in [0, 2^40), so equal sums have equal words.
   SPECVERIFY_HD void carry() {
     hi = wrapping_add(hi, lo >> 40);  // arithmetic shift: floor division by 2^40

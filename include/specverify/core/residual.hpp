@@ -4,6 +4,11 @@
 //   sampled:                      q
 //   sampled_without_replacement:  q without c_1 .. c_{i-1}, renormalised (Jeon et al. 2024)
 //   deterministic, one-hot draft: e_{c_i} (the target-only form: r(c_i) <- 0, renormalised)
+// One-hot drafts are kept unnormalised, as the target-only form is stated: the weights are s p with
+// the rejected tokens at 0, and Z_i is their sum (so r_{i+1} = w / Z_i). Those sums are the row's
+// sum less the rejected tokens' terms, exactly (core::FixedSum on one grid, the row's), so a
+// backend that keeps the row's chunk sums (OneHotSums) takes every later mass and the draw
+// without another pass.
 // A chain never has a second sibling, so its residual is always the plain max(p - q, 0), or, for
 // block verification (core/block_walk.hpp), the scaled max(s p - q, 0): r_1 = s p, s = p_scale.
 // Traversal verification (core/traversal_walk.hpp) uses both: r_1 = s p, and its steps divide by
@@ -18,6 +23,17 @@
 #include "specverify/types.hpp"
 
 namespace specverify::core {
+
+/// A one-hot residual's row, summarised once per node: the chunk sums of s p over every token, at
+/// the scale its weights are summed at; the removed tokens' terms are taken back from them
+/// (Residual::one_hot_chunks). `removed` holds the terms of the first `folded` siblings.
+struct OneHotSums {
+  ChunkSums row;
+  double scale = 1.0;
+  bool ready = false;  // taken at this node (a fresh Siblings room is not)
+  std::int32_t folded = 0;
+  FixedSum removed;
+};
 
 /// Room for the siblings one node's residual absorbs, in the backend's rows: a node has at most
 /// as many rejected children as its sequence has nodes, so the walk asks for that much
@@ -38,6 +54,8 @@ struct Siblings {
   std::uint64_t* marks{};    // [words] or nullptr: bit v set for every sibling token v
   std::uint64_t* zeros{};    // [words]: bit v set once r(v) is 0 for good
   std::int32_t* first{};     // [vocab + 1]: the first entry of token v, where v is marked
+  // Optional: the row's summary for a one-hot residual, kept by backends whose passes can use it.
+  OneHotSums* summary{};
 
   /// The first i < end with token[i] == v, or -1, for end <= the entries marked (no bit is read
   /// before the first entry: the residual clears them as it absorbs it).
@@ -78,17 +96,16 @@ struct FixedSiblings {
 };
 
 /// The collapse's running sums over the absorbed steps (see Residual::collapse), kept by
-/// Residual::absorb so that no weight loops over the steps: S and P, and the least and largest P
-/// on the way (P_1 = s, P_2, ..., P), which Residual::below_one's bound needs.
+/// Residual::absorb so that no weight loops over the steps: S and P.
 struct StepSums {
-  double shift = 0, scale = 1, low = 1, high = 1;
+  double shift = 0, scale = 1;
 };
 
 template <class View>
 struct Residual {
   View p{}, q{};
   double p_scale = 1;  // s in r_1 = s * p: 1 but in block and traversal verification
-  bool has_q = false;  // false: every q_i is one-hot on its child
+  bool has_q = false;  // false: every q_i is one-hot on its child (the weights stay unnormalised)
   Drafted drafted = Drafted::sampled;
   std::int32_t steps = 0;  // siblings absorbed so far, in `siblings`
   Siblings siblings{};     // token, scale, inv_mass of c_1 .. c_steps
@@ -99,8 +116,12 @@ struct Residual {
                                        //   1 - removed is rounding noise once siblings hold most of q
 
   SPECVERIFY_HD bool plain() const { return steps == 0; }
+  SPECVERIFY_HD bool one_hot() const { return !has_q; }
   /// Whether a sibling's token takes the steps one by one (see weight()): its q_i are not c_i q.
-  SPECVERIFY_HD bool tracked() const { return !has_q || drafted == Drafted::sampled_without_replacement; }
+  SPECVERIFY_HD bool tracked() const { return has_q && drafted == Drafted::sampled_without_replacement; }
+  /// Whether the siblings are found by token (Siblings::marks, where the room has them): those
+  /// that take the steps one by one, and one-hot drafts' rejected tokens, which weigh 0.
+  SPECVERIFY_HD bool marked() const { return one_hot() || tracked(); }
 
   /// q_i at v, i = 0 .. steps (i == steps: the draft under test now, child `current`).
   SPECVERIFY_HD_TEMPLATE
@@ -133,8 +154,10 @@ struct Residual {
   /// A bound on the weights from the row's largest p (a function of the row and of this state, so
   /// every worker picks the same FixedSum scale): each weight is at most P p (P the collapse's
   /// scale, s before any step), and at most 1 once a sibling was absorbed (what is left of p then
-  /// sums to at most 1; 2 leaves room for rounding).
+  /// sums to at most 1; 2 leaves room for rounding). One-hot weights are s p at any step: their
+  /// grid is the row's, whichever tokens were removed.
   SPECVERIFY_HD double weight_bound(float largest_p) const {
+    if (one_hot()) return p_scale * fixed_bound(largest_p);
     const double b = collapse(kNoToken).scale * fixed_bound(largest_p);
     return steps > 0 && !(b <= 2.0) ? 2.0 : b;
   }
@@ -142,39 +165,75 @@ struct Residual {
   /// The weight of v in the draw (or mass) after rejecting `current`: max(r(v) - q_current(v), 0),
   /// or r(v) itself for current = kNoToken. One definition, element by element, for every backend
   /// and instruction set (a backend computes it lane by lane with these roundings):
-  ///   no sibling absorbed, or v special (a tracked sibling's token, or a one-hot draft's
-  ///     rejected token), or the collapse unusable: the steps one by one, r_1 = s p, then r_i - q_i
-  ///     with one rounding (a fused multiply-add) at each step;
+  ///   one-hot drafts: s p(v), 0 at `current` and at the absorbed siblings' tokens;
+  ///   no sibling absorbed, or v a tracked sibling's token, or the collapse unusable: the steps
+  ///     one by one, r_1 = s p, then r_i - q_i with one rounding (a fused multiply-add) at each step;
   ///   otherwise the collapse: max(p - S q, 0) P, p - S q with one rounding.
-  /// The steps one by one cost O(1) all the same where v is special: a sibling's r is kept as the
-  /// steps come (siblings.left), and a one-hot draft's rejected token that no sibling carries
-  /// comes to 0 wherever below_one shows it (the steps are taken only where it cannot).
+  /// The steps one by one cost O(1) all the same at a tracked sibling's token: its r is kept as
+  /// the steps come (siblings.left).
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD double weight(Rows& rows, std::int32_t current, std::int32_t v, const Collapse& c) const {
+    if (one_hot()) return zeroed(v, current) ? 0.0 : p_scale * static_cast<double>(rows.value(p, v));
     const std::int32_t j = tracked() ? siblings.find(v, steps) : -1;
     if (j >= 0) return finish(rows, current, v, j, siblings.left[j], siblings.inv_mass[steps - 1]);
-    if (steps > 0 && c.usable && (has_q || v != current)) {
-      const double pv = rows.value(p, v);
-      if (!has_q) return pv * c.scale;
-      const double d = fused(-c.shift, static_cast<double>(rows.value(q, v)), pv);
+    if (steps > 0 && c.usable) {
+      const double d = fused(-c.shift, static_cast<double>(rows.value(q, v)), static_cast<double>(rows.value(p, v)));
       return d > 0 ? d * c.scale : 0.0;
     }
-    return fresh(rows, current, v, c);
+    return fresh(rows, current, v);
   }
 
-  /// r(v), the residual the tests of the next sibling compare against.
+  /// Whether a one-hot residual weighs v at 0: `current` or an absorbed sibling's token.
+  SPECVERIFY_HD bool zeroed(std::int32_t v, std::int32_t current) const {
+    return v == current || (steps > 0 && siblings.find(v, steps) >= 0);
+  }
+
+  /// r(v), the residual the tests of the next sibling compare against (one-hot drafts: the weight
+  /// over the last mass, w / Z_i).
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD double at(Rows& rows, std::int32_t v) const {
-    return weight(rows, -1, v, collapse(-1));
+    const double w = weight(rows, -1, v, collapse(-1));
+    return one_hot() && steps > 0 ? w * siblings.inv_mass[steps - 1] : w;
+  }
+
+  /// A one-hot residual's weights after rejecting `current`, chunk by chunk, from the row's
+  /// summary (`siblings.summary`, ready): its chunk sums less the terms of the removed tokens, each
+  /// token once. The same words as a pass over the weights at the summary's scale (FixedSum).
+  /// Folds the siblings absorbed since the last call into the summary, so a node's calls cost
+  /// O(1) each, but for the copy of the chunk sums.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD void one_hot_chunks(Rows& rows, std::int32_t current, std::int32_t n, ChunkSums& out) const {
+    out = siblings.summary->row;
+    out.total.remove(fold(rows));
+    const std::int32_t chunk = chunk_length(n);
+    for (std::int32_t i = 0; i < steps; ++i) {
+      if (first_entry(i)) out.chunk[siblings.token[i] / chunk].remove(term(rows, siblings.token[i]));
+    }
+    if (current >= 0 && !zeroed(current, kNoToken)) {
+      const FixedSum t = term(rows, current);
+      out.total.remove(t);
+      out.chunk[current / chunk].remove(t);
+    }
+  }
+
+  /// one_hot_chunks' total alone, in O(1) for each sibling absorbed since the last call.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD FixedSum one_hot_total(Rows& rows, std::int32_t current) const {
+    FixedSum total = siblings.summary->row.total;
+    total.remove(fold(rows));
+    if (current >= 0 && !zeroed(current, kNoToken)) total.remove(term(rows, current));
+    return total;
   }
 
   /// Absorbs the rejected child `current` whose step left mass `z` (> 0); steps < siblings.capacity.
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
   SPECVERIFY_HD void absorb(Rows& rows, std::int32_t current, double z) {
-    if (steps == 0 && tracked()) siblings.clear();
+    if (steps == 0 && marked()) siblings.clear();
     siblings.token[steps] = current;
     siblings.scale[steps] = current_scale();  // the scale the mass z was computed with
     if (tracked()) track(rows, current);
@@ -187,13 +246,16 @@ struct Residual {
       removed += rows.value(q, current);
     }
     siblings.inv_mass[steps] = 1.0 / z;
-    if (tracked()) siblings.mark(steps);
+    if (marked()) siblings.mark(steps);
+    if (one_hot()) {  // its token weighs 0 from now on
+      siblings.settle(steps);
+      ++steps;
+      return;
+    }
     // The collapse's sums, step by step as its definition takes them.
-    if (steps == 0) sums = {0.0, p_scale, p_scale, p_scale};
-    if (has_q) sums.shift += (drafted == Drafted::sampled_without_replacement ? siblings.scale[steps] : 1.0) / sums.scale;
+    if (steps == 0) sums = {0.0, p_scale};
+    sums.shift += (drafted == Drafted::sampled_without_replacement ? siblings.scale[steps] : 1.0) / sums.scale;
     sums.scale *= siblings.inv_mass[steps];
-    sums.low = sums.scale < sums.low ? sums.scale : sums.low;
-    sums.high = sums.scale > sums.high ? sums.scale : sums.high;
     ++steps;
   }
 
@@ -204,7 +266,7 @@ struct Residual {
     for (std::int32_t i = 0; i < steps; ++i) {
       const bool first = siblings.find(siblings.token[i], i) < 0;
       siblings.mark(i);
-      if (first && !(siblings.left[i] > 0)) siblings.settle(i);
+      if (first && (one_hot() || !(siblings.left[i] > 0))) siblings.settle(i);
     }
   }
 
@@ -231,13 +293,35 @@ struct Residual {
     return d > 0 ? d : 0.0;
   }
 
-  /// The weight of v, which no sibling carries, by the steps one by one, r_1 = s p, then r_i - q_i
-  /// with one rounding at each step; a one-hot draft's rejected token is 0 wherever below_one
-  /// shows its r is at most 1.
+  /// Whether entry i is the first of its token (a duplicate child removes nothing more).
+  SPECVERIFY_HD bool first_entry(std::int32_t i) const {
+    const std::int32_t first = siblings.find(siblings.token[i], i);
+    return first < 0 || first == i;
+  }
+
+  /// The summary's `removed` once the siblings absorbed since the last call are folded into it.
   SPECVERIFY_HD_TEMPLATE
   template <class Rows>
-  SPECVERIFY_HD double fresh(Rows& rows, std::int32_t current, std::int32_t v, const Collapse& c) const {
-    if (!has_q && v == current && steps > 0 && c.usable && below_one(rows.value(p, v), c)) return 0.0;
+  SPECVERIFY_HD FixedSum fold(Rows& rows) const {
+    OneHotSums& s = *siblings.summary;
+    for (; s.folded < steps; ++s.folded) {
+      if (first_entry(s.folded)) s.removed.merge(term(rows, siblings.token[s.folded]));
+    }
+    return s.removed;
+  }
+
+  /// A one-hot residual's term of v on the summary's grid, as if v were not removed.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD FixedSum term(Rows& rows, std::int32_t v) const {
+    return FixedSum::term(p_scale * static_cast<double>(rows.value(p, v)) * siblings.summary->scale);
+  }
+
+  /// The weight of v, which no sibling carries, by the steps one by one, r_1 = s p, then r_i - q_i
+  /// with one rounding at each step.
+  SPECVERIFY_HD_TEMPLATE
+  template <class Rows>
+  SPECVERIFY_HD double fresh(Rows& rows, std::int32_t current, std::int32_t v) const {
     double a = p_scale, b = rows.value(p, v);  // r = a b, held unrounded across each step
     for (std::int32_t s = 0; s < steps; ++s) {
       const double d = fused(a, b, -q_step(rows, s, -1, v, -1));
@@ -245,17 +329,6 @@ struct Residual {
       b = siblings.inv_mass[s];
     }
     return finish(rows, current, v, -1, a, b);
-  }
-
-  /// Whether the steps one by one leave r(v) <= 1 at a token whose q_i are all 0 (so that the
-  /// one-hot step at it, r(v) - 1, gives 0), from p(v) and the collapse alone. Where every running
-  /// product P_i lies in [2^-800, 2^800] (so that p(v) P_i is normal for any float p(v) > 0),
-  /// each of the steps' roundings, and each of P's, moves the value by at most a factor 1 + 2^-53:
-  /// with fewer than 2^31 steps r(v) <= p(v) P (1 + 2^-20), so p(v) P <= 1/2 shows it. p(v) = 0
-  /// stays 0 (every step multiplies by a finite 1 / Z once the collapse is usable).
-  SPECVERIFY_HD bool below_one(double pv, const Collapse& c) const {
-    if (pv == 0.0) return true;
-    return sums.low >= 0x1p-800 && sums.high <= 0x1p800 && pv * c.scale <= 0.5;
   }
 
   /// Before absorbing `current` (its token written): the live siblings take its step (a sibling
@@ -277,7 +350,7 @@ struct Residual {
       }
     }
     if (siblings.find(current, steps) >= 0) return;
-    const double r = fresh(rows, current, current, collapse(current));
+    const double r = fresh(rows, current, current);
     siblings.left[steps] = r;
     if (r > 0) {
       siblings.live[live++] = steps;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "specverify/config.hpp"
+#include "specverify/core/fixed_sum.hpp"
 #include "specverify/core/fused.hpp"
 #include "specverify/rule.hpp"
 
@@ -21,6 +22,13 @@ SPECVERIFY_HD constexpr std::int32_t chunk_length(std::int32_t n) {
   const std::int64_t rounded = (even + 63) / 64 * 64;
   return static_cast<std::int32_t>(rounded > 1024 ? rounded : 1024);
 }
+
+/// The sums of a row's (or slice's) weights, chunk by chunk, at one scale: the draw's first level.
+struct ChunkSums {
+  FixedSum chunk[kMaxChunks];
+  FixedSum total;
+  std::int32_t chunks = 0;
+};
 
 /// Residual weight max(p - q, 0), in double where p - q of two floats is (nearly always) exact.
 SPECVERIFY_HD inline double residual_weight(double p, double q) { return p > q ? p - q : 0.0; }

@@ -47,12 +47,7 @@ SPECVERIFY_ALWAYS_INLINE void patch_lane(D& lo, D& hi, std::int32_t j, double w)
   hi = D::load_aligned(lanes + D::size);
 }
 
-/// The sums of a row's weights, chunk by chunk, at `scale`.
-struct ChunkSums {
-  core::FixedSum chunk[core::kMaxChunks];
-  core::FixedSum total;
-  std::int32_t chunks = 0;
-};
+using core::ChunkSums;
 
 template <class Arch, class Vec, class One>
 SPECVERIFY_ALWAYS_INLINE void sum_chunks(Vec& vec, One& one, std::int32_t n, double scale, ChunkSums& out) {

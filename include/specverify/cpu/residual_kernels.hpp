@@ -6,13 +6,16 @@
 // here, logits views in cpu/logit_residual.hpp.
 //
 // Speed: the weight has one form per pass for every element but the sibling tokens:
-//   no sibling absorbed yet:   max(s p - q_current, 0), one fused multiply-add (one-hot drafts:
-//                              s p, the rejected token alone taking the steps);
+//   one-hot drafts:            s p, the rejected tokens at 0;
+//   no sibling absorbed yet:   max(s p - q_current, 0), one fused multiply-add;
 //   after absorbed siblings:   max(p - S q, 0) P, whatever their number (the collapse).
 // Sibling tokens (one-hot drafts, and the absorbed ones without replacement) are found in the
-// siblings' marks (a bit per token): those whose r came to 0 (a one-hot draft's, nearly always)
-// weigh 0 in the vector, the few others are patched lane by lane with the scalar definition,
-// which keeps their r (O(1) each). So a pass costs about the same for any number of siblings.
+// siblings' marks (a bit per token): those whose r came to 0 (every one-hot draft's) weigh 0 in
+// the vector, the few others are patched lane by lane with the scalar definition, which keeps
+// their r (O(1) each). So a pass costs about the same for any number of siblings.
+// One-hot drafts need one pass per node at most: it keeps the row's chunk sums
+// (core::OneHotSums, in the rows' sibling room), from which every later mass and the draw take
+// the rejected tokens' terms back exactly; only the chunk holding the crossing is read again.
 #pragma once
 
 #include <xsimd/xsimd.hpp>
@@ -78,7 +81,7 @@ class ResidualLanes {
     if (one_hot) alone_ = current;
     specials_ = marks_ || alone_ >= 0;
     // Without marks to find the siblings by (rows that keep none), every lane is computed alone.
-    scalar_ = r.steps > 0 && (!collapse_.usable || ((one_hot || without) && !marks_));
+    scalar_ = r.steps > 0 && ((r.marked() && !marks_) || (!one_hot && !collapse_.usable));
     q_scale_ = without ? r.current_scale() : 1.0;
   }
   ResidualLanes(const ResidualLanes&) = default;
@@ -128,12 +131,12 @@ class ResidualLanes {
   /// The pass's form for elements that are not special (see the header comment).
   SPECVERIFY_ALWAYS_INLINE D form(const D& p, const D& q) const {
     const D zero(0.0);
+    if (!r_.has_q) return D(r_.p_scale) * p;
     if (r_.steps == 0) {
-      if (!r_.has_q || current_ < 0) return D(r_.p_scale) * p;
+      if (current_ < 0) return D(r_.p_scale) * p;
       const D d = fused(D(r_.p_scale), p, -(q * D(q_scale_)));
       return xsimd::select(d > zero, d, zero);
     }
-    if (!r_.has_q) return p * D(collapse_.scale);
     const D d = fused(D(-collapse_.shift), q, p);
     return xsimd::select(d > zero, d, zero) * D(collapse_.scale);
   }
@@ -162,8 +165,39 @@ class ResidualLanes {
   bool specials_ = false;                 // either of them
   bool scalar_ = false;
   double q_scale_ = 1.0;        // q_current = q_scale q off the specials (without replacement)
-  ResidualReader<Arch, View> reader_;  // reads the rows (and what the pass saw of them, for the bound)
+  // Reads the rows (and what the pass saw of them, for the bound). Mutable so that weight() takes
+  // it by non-const reference: GCC 12 calls an empty reader (logits views) passed by const
+  // reference "maybe uninitialized".
+  mutable ResidualReader<Arch, View> reader_{};
 };
+
+/// Whether a one-hot residual's mass and draw come from its row's summary: the rows keep one (in
+/// their sibling room), and the row is not split (a split row's parts pass over their slices).
+template <class View>
+bool summarised(const core::Residual<View>& r, const RowSplit& split) {
+  return r.one_hot() && r.siblings.summary && !split.active();
+}
+
+/// Takes the summary of r's row where this node has none yet: the chunk sums of s p over every
+/// token, at the scale of its weights (the same at any step: Residual::weight_bound); false where a
+/// value read is invalid.
+template <class Arch, class View>
+bool summarise(const core::Residual<View>& r, std::int32_t n) {
+  core::OneHotSums& s = *r.siblings.summary;
+  if (s.ready) return true;
+  core::Residual<View> whole = r;  // every token weighed: no sibling, none rejected
+  whole.steps = 0;
+  ResidualLanes<Arch, View> lanes(whole, kNoToken, n);
+  sum_chunks<Arch>(lanes, lanes, n, 1.0, s.row);
+  const Checked<double> bound = lanes();
+  if (!bound.ok) return false;
+  s.scale = core::fixed_scale(bound.value, n);
+  if (s.scale != 1.0) sum_chunks<Arch>(lanes, lanes, n, s.scale, s.row);
+  s.ready = true;
+  s.folded = 0;
+  s.removed = {};
+  return true;
+}
 
 /// ResidualLanes as a split row's pass (cpu/split_row.hpp): each part takes a copy of lanes built
 /// on the calling thread.
@@ -185,6 +219,11 @@ struct ResidualPass {
 /// every value read is a valid probability; a split row's parts on the team.
 template <class Arch = DefaultArch, class View>
 Checked<double> residual_mass(const core::Residual<View>& r, std::int32_t x, std::int32_t n, const RowSplit& split = {}) {
+  if (detail::summarised(r, split)) {
+    if (!detail::summarise<Arch>(r, n)) return {0.0, false};
+    ResidualReader<Arch, View> reader{};
+    return {r.one_hot_total(reader, x).value() / r.siblings.summary->scale, true};
+  }
   detail::ResidualLanes<Arch, View> lanes(r, x, n);
   if (split.active()) {
     const auto make_pass = [&] { return detail::ResidualPass<Arch, View>{lanes}; };
@@ -207,6 +246,15 @@ template <class Arch = DefaultArch, class View>
 Checked<std::int32_t> residual_draw(const core::Residual<View>& r, std::int32_t x, float u, std::int32_t n,
                                     const RowSplit& split = {}) {
   detail::ResidualLanes<Arch, View> lanes(r, x, n);
+  if (detail::summarised(r, split)) {
+    if (!detail::summarise<Arch>(r, n)) return {-1, false};
+    ResidualReader<Arch, View> reader{};
+    ChunkSums sums;
+    r.one_hot_chunks(reader, x, n, sums);
+    if (!sums.total.positive()) return {-1, true};
+    const double threshold = static_cast<double>(u) * sums.total.value();
+    return {locate<Arch>(lanes, lanes, n, r.siblings.summary->scale, sums, core::FixedSum{}, threshold), true};
+  }
   if (split.active()) return cpu::draw<Arch>(split, [&] { return detail::ResidualPass<Arch, View>{lanes}; }, n, u);
   return cpu::draw<Arch>([&](std::int32_t i, auto& lo, auto& hi) SPECVERIFY_LAMBDA_INLINE { lanes(i, lo, hi); },
                          [&](std::int32_t v) { return lanes(v); }, [&] { return lanes(); }, n, u);

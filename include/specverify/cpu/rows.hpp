@@ -22,8 +22,9 @@ namespace specverify::cpu {
 /// Per thread: room for the siblings a tree node's residual absorbs (core::Siblings), grown to the
 /// largest sequence that needs it and reused from node to node. Over rows of `vocab` tokens it
 /// also finds siblings by token (core::Siblings::marks, zeros, first), so that no weight scans
-/// them: a residual that tracks its siblings clears their marks (vocab / 4 bytes, next to a
-/// node's passes over the row); `first`, read only at marked tokens, is never even zeroed.
+/// them: a residual that marks its siblings clears their marks (vocab / 4 bytes, next to a
+/// node's passes over the row); `first`, read only at marked tokens, is never even zeroed. It
+/// holds a one-hot residual's row summary too (core::OneHotSums), which each node takes anew.
 class SiblingRoom {
  public:
   core::Siblings siblings(std::int32_t count, std::int32_t vocab = 0) {
@@ -47,6 +48,9 @@ class SiblingRoom {
       s.marks = marks_.get();
       s.zeros = marks_.get() + words(vocab);
       s.first = first_.get();
+      if (!summary_) summary_.reset(new core::OneHotSums);
+      summary_->ready = false;
+      s.summary = summary_.get();
     }
     return s;
   }
@@ -59,6 +63,7 @@ class SiblingRoom {
   std::int32_t vocab_ = 0;  // what marks_ and first_ hold room for
   std::unique_ptr<std::uint64_t[]> marks_;  // marks, then zeros
   std::unique_ptr<std::int32_t[]> first_;
+  std::unique_ptr<core::OneHotSums> summary_;
 };
 
 /// Row operations over rows of `n` floats, as core::walk expects them. A probability row needs no

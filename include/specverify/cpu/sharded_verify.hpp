@@ -1262,7 +1262,7 @@ class ShardedVerify {
     r.live = static_cast<std::int32_t>(s.live.size());
     std::copy(s.live.begin(), s.live.end(), r.siblings.live);
     r.sums = s.sums;
-    if (r.tracked()) r.mark_copied();
+    if (r.marked()) r.mark_copied();
     r.removed = s.removed;
     r.q_total = s.q_total;
     detail::ResidualPass<Arch, const float*> pass{
