@@ -1,5 +1,7 @@
-// Every case of LESSONS.md "Correctness": each gives the documented result, or invalid_input
-// naming what is wrong, with the outputs untouched.
+// The bad inputs other implementations mishandled (u = 0 accepting a token with p(x) = 0, a residual
+// with no mass, NaN rows, ids outside the vocabulary used as indices) and the rest of docs/api.md
+// "Errors": each gives the documented result, or invalid_input naming what is wrong, with the
+// outputs untouched.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 

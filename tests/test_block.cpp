@@ -23,8 +23,8 @@ using testing::Chains;
 using testing::Markov;
 
 // ---------------------------------------------------------------------------------------------
-// A plain reference of ALGORITHMS.md's formulas, in double and index order, with planted bugs for
-// the negative controls.
+// A plain reference of block verification's formulas (Sun et al. 2024, arXiv 2403.10444, Algorithm 2),
+// in double and index order, with planted bugs for the negative controls.
 
 enum class Bug {
   none,

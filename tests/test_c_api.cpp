@@ -324,6 +324,21 @@ CChains to_c(const sv::LogitsChainBatch<L>& x) {
   return o;
 }
 
+/// Stores any int in a C enum field, as a C caller may (C++ may not cast a value outside the
+/// enumerators' range to the enum).
+template <class E>
+void store_c_enum(E& field, int value) {
+  static_assert(sizeof(E) == sizeof(int), "the C API's enums are int-sized");
+  std::memcpy(&field, &value, sizeof value);
+}
+
+/// An sv_rule whose kind is any int.
+sv_rule far_rule(int kind, sv_divergence divergence) {
+  sv_rule rule{SV_STANDARD, divergence, 0, 0};
+  store_c_enum(rule.kind, kind);
+  return rule;
+}
+
 sv_drafted c_drafted(sv::Drafted d) {
   switch (d) {
     case sv::Drafted::sampled: return SV_SAMPLED;
@@ -1049,7 +1064,7 @@ TEST(CApiSharded, LogitChainsOnEveryRankMatchUnshardedCpp) {
   }
 }
 
-// API.md "Sharded vocabulary": a rank holding an empty slice may pass null rows. A logits batch
+// docs/api.md "Sharded vocabulary": a rank holding an empty slice may pass null rows. A logits batch
 // is one with target_params, so such a rank is not taken for a batch of probabilities and refused
 // before the collective (its peers would wait in all_gather for ever). Here the rank runs alone
 // with an all_gather that fails: a call that reached the collective, as the C++ verify does on
@@ -1535,6 +1550,11 @@ TEST(CApiErrors, ChainBatchesGiveCppMessagesOrNameTheField) {
                          [](sv_chain_batch& b) { b.row_type = static_cast<sv_row_type>(3); }));
   cases.push_back(c_only("row_type outside the enum on probabilities", prob, standard, r, fx.width, {"row_type", "3"},
                          [](sv_chain_batch& b) { b.row_type = static_cast<sv_row_type>(3); }));
+  // Values C lets a caller store but C++ may not load as the enum (found by fuzz_c_api).
+  cases.push_back(c_only("row_type far outside the enum", logit, standard, r, fx.width, {"row_type", "248"},
+                         [](sv_chain_batch& b) { store_c_enum(b.row_type, 248); }));
+  cases.push_back(c_only("rule kind far outside the enum", prob, far_rule(-5, SV_JS), r, fx.width, {"kind", "-5"},
+                         [](sv_chain_batch&) {}));
   cases.push_back(c_only("probability rows as SV_F16", prob, standard, r, fx.width, {"row_type", "SV_F32"},
                          [](sv_chain_batch& b) { b.row_type = SV_F16; }));
   cases.push_back(c_only("probability rows as SV_BF16", prob, standard, r, fx.width, {"row_type"},
@@ -1650,6 +1670,8 @@ TEST(CApiErrors, TreeBatchesGiveCppMessagesOrNameTheField) {
                          [](sv_tree_batch&) {}));
   cases.push_back(c_only("drafted outside the enum", prob, standard, r, keep->width, {"drafted", "3"},
                          [](sv_tree_batch& b) { b.drafted = static_cast<sv_drafted>(3); }));
+  cases.push_back(c_only("drafted far outside the enum", prob, standard, r, keep->width, {"drafted", "248"},
+                         [](sv_tree_batch& b) { store_c_enum(b.drafted, 248); }));
   cases.push_back(c_only("rule kind outside the enum", prob, sv_rule{static_cast<sv_rule_kind>(12), SV_JS, 0, 0}, r,
                          keep->width, {"kind", "12"}, [](sv_tree_batch&) {}));
   cases.push_back(c_only("probability rows as SV_F16", prob, standard, r, keep->width, {"row_type"},

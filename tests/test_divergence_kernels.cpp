@@ -266,7 +266,8 @@ TEST(RowDivergence, WorkedValuesFromApi) {
       const double ref = double(reference::divergence(d, w.p.data(), w.q.data(), n).value);
       const Checked<float> got = row_divergence(d, w.p.data(), w.q.data(), -1, n);
       ASSERT_TRUE(got.ok);
-      // API.md's worked values to 1e-6 relative (the bar), and the documented bound.
+      // The worked values of docs/api.md "Divergence" to 1e-6 relative (the bar), and the
+      // documented bound.
       EXPECT_NEAR(got.value, ref, 1e-6 * ref) << name(d);
       expect_within_bound(got.value, reference::divergence(d, w.p.data(), w.q.data(), n),
                           mass(w.p) + mass(w.q), n, name(d));

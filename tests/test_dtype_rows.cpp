@@ -1,4 +1,4 @@
-// Rows in the model's dtype on the CPU (API.md v3): float16 and bfloat16 logits are widened as a
+// Rows in the model's dtype on the CPU (docs/api.md): float16 and bfloat16 logits are widened as a
 // pass reads them, every widening exact, so verify gives the bits of float rows holding the same
 // values. The whole matrix of rules and parameters is tests/isa's (isa_float16_rows_agree,
 // isa_bfloat16_rows_agree); here every 16-bit pattern through every instruction set's load, and

@@ -49,7 +49,7 @@ ReferenceRow random_row(std::int32_t V, std::uint64_t seed, SamplingParams param
   return row;
 }
 
-/// One token's term of D(p, q) in long double (API.md's definitions).
+/// One token's term of D(p, q) in long double (the definitions of docs/api.md "Divergence").
 long double reference_divergence_term(Divergence d, long double p, long double q) {
   const long double m = (p + q) / 2;
   switch (d) {

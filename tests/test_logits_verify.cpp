@@ -1,7 +1,8 @@
-// verify() over logits, end to end: the emitted tokens follow the processed p of API.md's seven
-// steps (long-double reference) for every parameter and in combination, with adversarial,
-// reduced-vocabulary and differently-parameterised drafts; logprobs; Coupled reproduces plain
-// sampling token for token; bad logits inputs are named and nothing is written.
+// verify() over logits, end to end: the emitted tokens follow the processed p of docs/api.md's
+// steps (a long-double reference, bias and penalties aside) for every parameter and in
+// combination, with adversarial, reduced-vocabulary and differently-parameterised drafts;
+// logprobs; Coupled reproduces plain sampling token for token; bad logits inputs are named and
+// nothing is written.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -630,7 +631,7 @@ TEST(LogitsBadInput, EveryTokenMaskedInARowThatMustBeRead) {
 
 TEST(LogitsBadInput, ADraftRowThatKeepsNoTokenIsNamedWhereItIsRead) {
   // A draft row whose every logit is -inf keeps no token: nothing can have been sampled from it,
-  // so reading it is invalid input (API.md), named by sequence, position and row; sampled or
+  // so reading it is invalid input (docs/api.md), named by sequence, position and row; sampled or
   // greedy, and through a draft map that covers every target id (where fuzz_logits once found
   // the residual draw searching the map past its end). Version 2 read such a row as q = 0.
   for (const float draft_temperature : {1.0f, 0.0f}) {

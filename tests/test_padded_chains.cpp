@@ -25,8 +25,7 @@ using testing::Padded;
 template <class Rule>
 VerifyStats verify_padded(const Rule& rule, const core::PaddedChainBatch<float>& batch, const Randomness& r,
                           const ChainOutput& out, std::int32_t threads = 0) {
-  return cpu::detail::verify_probs<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), r, out,
-                                                      CpuOptions{threads});
+  return verify(rule, batch, r, out, CpuOptions{threads});
 }
 
 /// The padded step (probabilities, or with `logits` their logs under mixed_params) gives the
@@ -47,8 +46,7 @@ void expect_ragged_outputs(const Rule& rule, std::uint64_t seed, bool logits = f
   VerifyStats stats, expected;
   if (logits) {
     const core::PaddedLogitsChainBatch<float> batch = padded.logits_batch(params.data());
-    stats = cpu::detail::verify_logits<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), r,
-                                                          padded.output(), CpuOptions{});
+    stats = verify(rule, batch, r, padded.output());
     const ChainBatch<float> shape = ragged.batch();
     LogitsChainBatch<float> whole{shape.batch_size, shape.vocab_size, shape.draft_offsets, shape.draft_tokens,
                                   shape.target_probs, shape.draft_probs};
@@ -130,8 +128,7 @@ TEST(PaddedLogitsChains, ACountOutsideItsSlotsIsNamedBeforeAnyWrite) {
   const std::vector<SamplingParams> params = mixed_params(padded.B);
   const core::PaddedLogitsChainBatch<float> batch = padded.logits_batch(params.data());
   try {
-    cpu::detail::verify_logits<core::ChainLayout>(Standard{}, batch, core::PaddedChainLayout::of(batch), {1, 0},
-                                                  padded.output(), CpuOptions{});
+    verify(Standard{}, batch, {1, 0}, padded.output());
     ADD_FAILURE() << "no invalid_input";
   } catch (const invalid_input& e) {
     EXPECT_EQ(std::string(e.what()),

@@ -1,7 +1,8 @@
-// Penalties and logit bias per draft position (API.md "Penalties and logit bias, per draft
-// position"): decode loops whose emitted sequences must follow the penalised target exactly,
-// negative controls built from the mistakes engines made (../shared/LESSONS.md, version 3), the
-// overlay against the same steps applied densely, neutral lists, and every bad input's message.
+// Penalties and logit bias per draft position (docs/api.md "Penalties and logit bias"): decode
+// loops whose emitted sequences must follow the penalised target exactly, negative controls built
+// from the mistakes engines made (counting committed tokens only, not the drafts before the row;
+// the repetition penalty on output alone; prompt tokens counted as generated), the overlay against
+// the same steps applied densely, neutral lists, and every bad input's message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,7 +39,7 @@ struct Context {
   std::map<std::int32_t, std::int32_t> generated;
 };
 
-/// The mistakes of LESSONS.md, each a way to build the target rows wrongly.
+/// The mistakes engines made (see the head of this file), each a way to build the target rows wrongly.
 enum class Mistake { none, committed_only, repetition_on_output_only, prompt_counted };
 
 /// One row's logits after steps 2 and 3, computed densely (V tokens); `bias` maps token to value.

@@ -118,7 +118,7 @@ TEST(Fsd, DecisionIsDeterministicAndInclusiveAtTheThreshold) {
     EXPECT_TRUE(accepts(Fsd{Divergence::tv, tv}, 1, p, q, u));
     EXPECT_FALSE(accepts(Fsd{Divergence::tv, below(tv)}, 1, p, q, u));
   }
-  // The worked JS value of API.md, 0.368064, either side.
+  // The worked JS value of docs/api.md "Divergence", 0.368064, either side.
   EXPECT_TRUE(accepts(Fsd{Divergence::js, 0.36807f}, 0, p, q, 0.9f));
   EXPECT_FALSE(accepts(Fsd{Divergence::js, 0.36805f}, 0, p, q, 0.9f));
   EXPECT_TRUE(accepts(Fsd{Divergence::js_fsd, 0.51083f}, 0, p, q, 0.9f));

@@ -1,4 +1,4 @@
-// The sharded verify (API.md "Sharded vocabulary") against the unsharded one: every rank's
+// The sharded verify (docs/api.md "Sharded vocabulary") against the unsharded one: every rank's
 // outputs bit for bit those of verify() on the whole rows, for ranks 1 to 8 with uneven and empty
 // slices; a fixed number of all_gather calls whose bytes do not depend on the data or on V; bad
 // input in one rank's slice reported by every rank alike.

@@ -1,5 +1,5 @@
-// The sharded verify over logits (API.md "Sharded vocabulary", with "Logits and sampling
-// parameters" and "Penalties and logit bias, per draft position") against the unsharded one:
+// The sharded verify over logits (docs/api.md "Sharded vocabulary", with "Logits and sampling
+// parameters" and "Penalties and logit bias") against the unsharded one:
 // every rank's outputs (tokens, accepted counts, logprobs' bits, stats, or the same invalid_input)
 // bit for bit those of verify() on the whole rows, for every rule, per-sequence sampling
 // parameters (temperature, top-k with ties, top-p, min-p), guidance, a bitmask, penalties and
@@ -258,7 +258,7 @@ TEST(ShardedLogits, MatchesUnshardedWithEverythingAtOnce) {
   matrix(f, 10, {300, 5000});
 }
 
-/// Ranks with an empty slice pass null target, draft and unconditional rows (API.md: "its row
+/// Ranks with an empty slice pass null target, draft and unconditional rows (docs/api.md: "its row
 /// pointers may then be null") while the other ranks pass rows: the same outputs.
 TEST(ShardedLogits, EmptySlicesMayPassNullRows) {
   LogitFeatures f;

@@ -1,4 +1,4 @@
-// The sharded verify of trees (API.md "Sharded vocabulary") against the unsharded one: every rank's
+// The sharded verify of trees (docs/api.md "Sharded vocabulary") against the unsharded one: every rank's
 // outputs bit for bit those of verify() on the whole rows, for every rule with a tree form and every way
 // the children were drafted, over probabilities and over logits with every sampling parameter, a
 // bitmask and penalties, ranks 1 to 8 with uneven and empty slices; what is left of p after

@@ -1,7 +1,8 @@
-// Traversal verification (TRAVERSAL.md): the emitted sequence follows the target (decode loops on
-// Markov models, chi-square, with a planted wrong normaliser that must fail), token for token
-// agreement with a plain reference of the formulas, the worked example, acceptance against
-// Standard on trees and Block on chains, logits rows, and bad input.
+// Traversal verification (Weng et al. 2025, arXiv 2505.12398; docs/api.md "Traversal"): the emitted
+// sequence follows the target (decode loops on Markov models, chi-square, with a planted wrong
+// normaliser that must fail), token for token agreement with a plain reference of the formulas,
+// the worked example, acceptance against Standard on trees and Block on chains, logits rows, and
+// bad input.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
@@ -23,7 +24,7 @@ using testing::TreeShape;
 using testing::Trees;
 
 // ---------------------------------------------------------------------------------------------
-// A plain reference of TRAVERSAL.md's formulas: recursive, in double, on one drafted tree.
+// A plain reference of the Traversal formulas (docs/api.md "Traversal"): recursive, in double, on one drafted tree.
 
 using testing::reference_draw;
 
@@ -132,7 +133,7 @@ TEST(TraversalReference, ExactFormulasFit) {
   const auto chi = reference_chi_square(testing::models(4, false), testing::full_tree(2, 3), false);
   EXPECT_TRUE(chi.fits()) << "chi2 " << chi.statistic << " df " << chi.df;
 }
-// TRAVERSAL.md: Z in place of Z + 1 - |R| is off by 0.03 to 0.7 in total variation.
+// The normaliser Z in place of Z + 1 - |R| is off by 0.03 to 0.7 in total variation.
 TEST(TraversalReference, NegativeControlZNormaliserFails) {
   const auto chi = reference_chi_square(testing::models(4, false), testing::full_tree(2, 3), true);
   EXPECT_FALSE(chi.fits()) << "chi2 " << chi.statistic << " df " << chi.df;
@@ -249,7 +250,7 @@ TEST(TraversalChains, ChainBatchEqualsTheTreeOfTheChain) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// TRAVERSAL.md's worked example: V = {a, b, c}; the root's children are node 0 = a and node 2 = b,
+// A worked example of the Traversal formulas: V = {a, b, c}; the root's children are node 0 = a and node 2 = b,
 // node 1 is a child of node 0.
 
 struct Worked {

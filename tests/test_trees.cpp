@@ -71,8 +71,8 @@ TEST(TreeExactness, NegativeControlWithoutReplacementDeclaredSampled) {
                                  Drafted::sampled, 150000).fits());
 }
 
-/// A plain reference of Standard on one tree (API.md "Trees", in double, renormalising the
-/// residual at every step), with caller uniforms. `shortcut` plants the bug LESSONS.md names:
+/// A plain reference of Standard on one tree (docs/api.md "Trees", in double, renormalising the
+/// residual at every step), with caller uniforms. `shortcut` plants a bug engines have shipped:
 /// on rejection subtract q only at the tried token.
 std::vector<std::int32_t> reference_step(const DraftedTree& t, std::int32_t V, Drafted how,
                                          const std::vector<float>& accept_u, float sample_u, bool shortcut) {
@@ -185,7 +185,7 @@ TEST(TreeReference, ExactResidualFits) {
   const auto chi = reference_chi_square(models(4, false), false);
   EXPECT_TRUE(chi.fits()) << "chi2 " << chi.statistic << " df " << chi.df;
 }
-// LESSONS.md: subtracting q only at the tried token is exact only for one-hot q.
+// A known failure of other implementations: subtracting q only at the tried token is exact only for one-hot q.
 TEST(TreeReference, NegativeControlShortcutResidualFails) {
   const auto chi = reference_chi_square(models(4, false), true);
   EXPECT_FALSE(chi.fits()) << "chi2 " << chi.statistic << " df " << chi.df;
@@ -281,7 +281,7 @@ TEST(TreeGreedy, FollowsTheChildEqualToArgmaxLowestIndexOnTies) {
   EXPECT_EQ(t.token(0, 2), 0);  // the bonus row's argmax: all tie, lowest index
 }
 
-// LESSONS.md: tree output at T = 0 must equal plain greedy decoding, ties included.
+// A known failure of other implementations: tree output at T = 0 must equal plain greedy decoding, ties included.
 TEST(TreeGreedy, EqualsPlainGreedyDecodingOnTies) {
   std::mt19937_64 rng(9);
   constexpr std::int32_t V = 5, kLength = 10;

@@ -1,4 +1,4 @@
-// A communicator behind one pointer and one function (API.md "Sharded vocabulary"): the sharded
+// A communicator behind one pointer and one function (docs/api.md "Sharded vocabulary"): the sharded
 // verify is compiled once per rule and batch kind, whatever collective the caller passes (threads,
 // MPI, Python's torch.distributed, a C callback), so the compiled library can hold it. A
 // collective costs far more than the indirect call.

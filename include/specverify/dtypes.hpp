@@ -1,4 +1,4 @@
-// The 16-bit row types of API.md ("Rows in the model's dtype on the CPU"): storage only, widened
+// The 16-bit row types of docs/api.md ("Rows in the model's dtype"): storage only, widened
 // to float where a pass reads them. Both widenings are exact (every float16 and bfloat16 value is a
 // float), so a row of them gives the bits of a float row holding the same values.
 #pragma once

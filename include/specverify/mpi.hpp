@@ -1,4 +1,4 @@
-// The sharded verify's collective over MPI (API.md "Sharded vocabulary"), CMake target
+// The sharded verify's collective over MPI (docs/api.md "Sharded vocabulary"), CMake target
 // specverify::mpi: every rank of `comm` passes its slice of the rows.
 //
 //   specverify::ChainBatch<float> batch{B, V, offsets, drafts, p_slice, q_slice};

@@ -57,7 +57,7 @@ enum class Joint {
   traversal,  // traversal verification (Weng et al. 2025), trees and chains: core/traversal_walk.hpp
 };
 
-/// Divergences D(p, q) for FSD-style rules, natural log (API.md "Divergence").
+/// Divergences D(p, q) for FSD-style rules, natural log (docs/api.md "Divergence").
 enum class Divergence { kl_target_draft, kl_draft_target, js, js_fsd, tv };
 
 /// Which statistics of the target row (and draft row) a rule's decision reads. The core computes

@@ -1,5 +1,5 @@
 // One plain (non-speculative) draw from a row of logits with its sampling parameters, by
-// Gumbel-max with noise keyed only by (seed, position, token): API.md "Coupled verification".
+// Gumbel-max with noise keyed only by (seed, position, token): docs/api.md "Coupled".
 // Speculative decoding with the Coupled rule emits exactly these tokens.
 #pragma once
 
@@ -19,7 +19,7 @@ namespace specverify {
 /// The token at `position` of a sampled decode: argmax over the kept tokens of
 /// (g(v) - max g) / T + Gumbel(seed, position, v); argmax g (lowest index) at T = 0.
 /// `history_tokens` (ascending, unique) with `history_counts` (>= 0) and the bias list are the
-/// row's penalties and logit bias (API.md "Penalties and logit bias, per draft position"); the
+/// row's penalties and logit bias (docs/api.md "Penalties and logit bias"); the
 /// row's own drafts are in the history already.
 /// Throws invalid_input for a null or empty row, parameters out of range, a NaN or +inf logit,
 /// a row whose every logit is -inf, a bad list entry, or a logit that bias or penalties overflow.

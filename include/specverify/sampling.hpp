@@ -1,5 +1,5 @@
-// Per-sequence sampling parameters for the logits front end (API.md "Logits and sampling
-// parameters"), and their range check.
+// Per-sequence sampling parameters for the logits front end (docs/api.md "Logits and
+// sampling parameters"), and their range check.
 #pragma once
 
 #include <cstdint>

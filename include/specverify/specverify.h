@@ -1,6 +1,6 @@
 /* specverify's C API (C99): speculative-decoding verification over a compiled library
  * (libspecverify; CMake target specverify::c; pkg-config specverify). The C++ API's types and
- * semantics (docs/reference.md) in C structs: what a call returns is the C++ verify's output for the
+ * semantics (docs/api.md) in C structs: what a call returns is the C++ verify's output for the
  * same rows and randomness, bit for bit.
  *
  * Versioned structs: every struct a caller fills that may grow starts with `struct_size`, which the

@@ -1,4 +1,4 @@
-// An in-process communicator for the sharded verify (API.md "Sharded vocabulary"): the ranks are
+// An in-process communicator for the sharded verify (docs/api.md "Sharded vocabulary"): the ranks are
 // threads of one process. For tests and examples; an engine passes its own collective (MPI: mpi.hpp).
 //
 //   specverify::ThreadGroup group(4);

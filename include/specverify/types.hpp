@@ -1,4 +1,4 @@
-// The public layout types of API.md: what an engine hands to verify() and what it gets back.
+// The public layout types of docs/api.md ("Layout"): what an engine hands to verify() and what it gets back.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@ namespace specverify {
 
 inline constexpr std::int32_t kNoToken = -1;
 
-/// A rank's slice of the vocabulary (API.md "Sharded vocabulary"): element i of this call's rows
+/// A rank's slice of the vocabulary (docs/api.md "Sharded vocabulary"): element i of this call's rows
 /// is token vocab_start + i. The default, one rank holding everything, changes nothing; any other
 /// value needs the verify overload that takes a communicator.
 struct VocabShard {
@@ -103,7 +103,7 @@ struct VerifyStats {
 };
 
 /// A batch of draft chains whose rows are logits: verify applies each sequence's sampling
-/// parameters itself (API.md "Logits and sampling parameters"), without writing probability rows.
+/// parameters itself (docs/api.md "Logits and sampling parameters"), without writing probability rows.
 /// Rows are laid out as ChainBatch's; the optional fields are independent of one another.
 template <class Logit = float>
 struct LogitsChainBatch {
@@ -124,7 +124,7 @@ struct LogitsChainBatch {
   const std::int64_t* unconditional_first_row{};  // [B]: first of sequence b's k_b + 1 rows, -1 = none
   const float* guidance_scale{};                  // [B]: s_b (finite)
   const std::uint32_t* allowed_tokens{};          // [target rows][ceil(V / 32)] grammar bitmask
-  // Penalties and logit bias (API.md "Penalties and logit bias, per draft position"): per
+  // Penalties and logit bias (docs/api.md "Penalties and logit bias"): per
   // sequence, ragged like the drafts; a pointer may be null when its list's total is 0.
   const std::int32_t* history_offsets{};          // [B+1], or nullptr: no history
   const std::int32_t* history_tokens{};           // prompt and generated tokens: ascending, unique per sequence
@@ -156,7 +156,7 @@ struct LogitsTreeBatch {
   const std::int64_t* unconditional_first_row{};
   const float* guidance_scale{};
   const std::uint32_t* allowed_tokens{};
-  // Penalties and logit bias (API.md "Penalties and logit bias, per draft position"): per
+  // Penalties and logit bias (docs/api.md "Penalties and logit bias"): per
   // sequence, ragged like the drafts; a pointer may be null when its list's total is 0.
   const std::int32_t* history_offsets{};          // [B+1], or nullptr: no history
   const std::int32_t* history_tokens{};           // prompt and generated tokens: ascending, unique per sequence

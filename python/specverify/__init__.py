@@ -2,12 +2,12 @@
 
 p is the target distribution, q the draft distribution. Arrays are viewed in place, never copied:
 an array of the wrong dtype, device, shape or layout raises (TypeError for a wrong dtype or a
-non-array, InvalidInput for the rest). See API.md "Python" and the README.
+non-array, InvalidInput for the rest). See docs/api.md "Python", docs/python.md and the README.
 
-ChainBatch and TreeBatch may hold CUDA tensors instead (every array of a call on one device; the
-module built where nvcc was found, `cuda_built`): verify runs the CUDA backend on `stream=`
-(default: PyTorch's current stream), and with synchronize=False returns None at once and leaves
-the findings to check(out).
+Every batch may hold CUDA tensors instead (every array of a call on one device, but a logits
+batch's sampling parameters, which stay on the host; the module built where nvcc was found,
+`cuda_built`): verify runs the CUDA backend on `stream=` (default: PyTorch's current stream), and
+with synchronize=False returns None at once and leaves the findings to check(out).
 
     batch = sv.ChainBatch(draft_offsets=offsets, draft_tokens=tokens, target_probs=p, draft_probs=q)
     out = sv.ChainOutput(tokens=np.empty((B, K + 1), np.int32), num_accepted=np.empty(B, np.int32))

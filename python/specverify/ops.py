@@ -1,4 +1,4 @@
-"""Torch operators (API.md "Python, inside an engine's step"): registered in the namespace
+"""Torch operators (docs/api.md "Python, inside an engine's step"): registered in the namespace
 `specverify` through torch.library when `import specverify` finds torch, each with CPU, CUDA and
 Meta implementations, so that torch.compile traces a call as one node instead of breaking its graph.
 
@@ -13,7 +13,7 @@ outputs' shapes and dtypes from the shapes alone. `seed` and `offset` are int64 
 element (a [B] `seed` in verify_padded: per-sequence seeds; at B = 1 both readings give the same
 bits) on the rows' device, read as the uint64 bits Randomness holds. `offset` is written:
 `offset_increment` is added to it after a call that returned, so consecutive calls draw fresh
-uniforms; a call that raised leaves it as it was. After the arguments API.md lists, verify_padded
+uniforms; a call that raised leaves it as it was. After offset_increment, verify_padded
 takes `positions` (int64 [B]: what "coupled" keys its samples by, as in Randomness) and
 `acceptance_counts` (int32 or int64 [K], written: each j gains the number of sequences that kept
 draft j). sv.padded's functions call these operators when given tensors (operator_call).

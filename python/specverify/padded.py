@@ -1,5 +1,5 @@
 """Verification in the padded shapes engines already hold: draft_token_ids [B, K], target rows
-[B, K+1, V], draft rows [B, K, V] (API.md "Padded functions (Python)").
+[B, K+1, V], draft rows [B, K, V] (docs/api.md "Padded functions").
 
 The rows are read in place, never copied: a sequence that drafted fewer than K tokens keeps its
 rows where the padded tensor has them. The tokens are those the ragged API (sv.verify on a

@@ -1,4 +1,4 @@
-// specverify for Python: the API.md names over NumPy arrays and PyTorch tensors, zero-copy.
+// specverify for Python: the C++ API's names (docs/api.md) over NumPy arrays and PyTorch tensors, zero-copy.
 //
 // Each batch type (batches.hpp) is a class that views its arrays once and builds its C++ struct
 // per call. verify() has one overload per batch type, all going through verify_batch()
@@ -106,7 +106,7 @@ constexpr const char* kLogitsFieldsDoc =
 
 void bind_module(py::module_& m) {
   m.doc() = "specverify: speculative-decoding verification rules over NumPy arrays and PyTorch "
-            "tensors (CPU, and CUDA for ChainBatch and TreeBatch), zero-copy.";
+            "tensors (CPU and CUDA), zero-copy.";
   m.attr("kNoToken") = kNoToken;
   py::register_exception<invalid_input>(m, "InvalidInput", PyExc_ValueError);
   PYBIND11_NUMPY_DTYPE(SamplingParams, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
@@ -349,7 +349,8 @@ void bind_module(py::module_& m) {
       "LogitsChainBatch write a ChainOutput, TreeBatch and LogitsTreeBatch a TreeOutput. Raises\n"
       "InvalidInput (a ValueError) before writing anything when the input is malformed. Releases the\n"
       "GIL while it runs. max_threads: 0 uses every hardware thread once the batch is large enough.\n"
-      "Arrays on a CUDA device (ChainBatch and TreeBatch for now; every array of the call on that device)\n"
+      "Arrays on a CUDA device (every array of the call on that device; a logits batch's sampling\n"
+      "parameters stay on the host) "
       "are verified there, on `stream` (an int cudaStream_t or a torch.cuda.Stream; default: PyTorch's\n"
       "current stream for torch tensors, else the default stream). synchronize=True waits and raises\n"
       "InvalidInput as on the CPU; synchronize=False returns None at once, and check(out) waits and\n"

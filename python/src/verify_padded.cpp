@@ -49,13 +49,7 @@ VerifyStats verify_padded(py::handle rule, const PyBatch& batch, py::handle num_
     py::gil_scoped_release release;
     return with_view(batch_view, [&](const auto& rows) {
       const CpuOptions options{threads};
-      const auto padded = core::padded(rows, counts_copy.data());
-      const auto layout = core::PaddedChainLayout::of(padded);
-      if constexpr (std::is_same<PyBatch, PyChainBatch>::value) {
-        return cpu::detail::verify_probs<core::ChainLayout>(cpp_rule, padded, layout, random_view, out_view, options);
-      } else {
-        return cpu::detail::verify_logits<core::ChainLayout>(cpp_rule, padded, layout, random_view, out_view, options);
-      }
+      return verify(cpp_rule, core::padded(rows, counts_copy.data()), random_view, out_view, options);
     });
   });
 }

@@ -1,4 +1,4 @@
-// verify(..., all_gather=fn) over a sharded batch of any kind (API.md "Sharded vocabulary"): fn(send)
+// verify(..., all_gather=fn) over a sharded batch of any kind (docs/api.md "Sharded vocabulary"): fn(send)
 // takes this rank's message as a 1-D uint8 NumPy array and returns every rank's, concatenated in
 // rank order, so torch.distributed or mpi4py can serve. Instantiated by verify_sharded_chains.cpp
 // and verify_sharded_trees.cpp (two translation units, so the module builds in parallel).

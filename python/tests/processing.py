@@ -1,4 +1,5 @@
-"""A NumPy reference of API.md's seven steps, logits row -> p, in float64; and small builders."""
+"""A NumPy reference of the pre-pass without bias or penalties (docs/api.md "Logits and sampling parameters":
+its steps 1 and 4-9, numbered 1-7 below), logits row -> p, in float64; and small builders."""
 import numpy as np
 import specverify as sv
 

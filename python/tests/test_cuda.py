@@ -1,4 +1,4 @@
-"""verify over arrays on a CUDA device (API.md "CUDA and Python on the GPU").
+"""verify over arrays on a CUDA device (docs/api.md "CUDA" and "Python").
 
 Where a GPU and PyTorch with CUDA are at hand, every rule the CUDA backend takes verifies chains and
 trees of CUDA tensors to the CPU's tokens, logprobs and statistics, on the current or a given

@@ -18,7 +18,7 @@ def dyadic_rows(rng, n, vocab, zeros=0.3):
 
 
 def draw(weights, u):
-    """API.md: the smallest i with w_0 + ... + w_i > u * sum(w) (exact here)."""
+    """docs/api.md "Randomness": the smallest i with w_0 + ... + w_i > u * sum(w) (exact here)."""
     w = weights.astype(np.float64)
     return int(np.argmax(np.cumsum(w) > u * w.sum()))
 
@@ -121,7 +121,8 @@ def test_ears_tolerance(rng):
         assert stats.relaxed == (1 if accepted and u >= 0.25 else 0)
 
 
-# API.md's worked divergences: p = (0.9, 0.1), q = (0.1, 0.9) and p = (0.7, 0.2, 0.1), q = (0.5, 0.3, 0.2).
+# The worked divergences of docs/api.md "Divergence": p = (0.9, 0.1), q = (0.1, 0.9) and
+# p = (0.7, 0.2, 0.1), q = (0.5, 0.3, 0.2).
 DIVERGENCES = [
     ([0.9, 0.1], [0.1, 0.9], {"js": 0.368064, "js_fsd": 0.510826, "tv": 0.8,
                               "kl_target_draft": 1.757780, "kl_draft_target": 1.757780}),

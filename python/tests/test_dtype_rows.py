@@ -1,4 +1,4 @@
-"""Logits rows in the model's dtype (API.md "Rows in the model's dtype on the CPU"): LogitsChainBatch
+"""Logits rows in the model's dtype (docs/api.md "Rows in the model's dtype"): LogitsChainBatch
 and LogitsTreeBatch take float16 (NumPy, torch) and bfloat16 (torch) rows in place, and every rule
 emits exactly what float32 rows holding the same values give (token for token, logprobs bit for bit):
 the C++ library widens them exactly. One batch's rows share one dtype; nothing is converted."""

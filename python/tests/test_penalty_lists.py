@@ -1,5 +1,5 @@
-"""The history and bias lists of LogitsChainBatch, LogitsTreeBatch and sample (API.md "Penalties and
-logit bias, per draft position"): neutral settings change no bit, each sequence gets its own lists
+"""The history and bias lists of LogitsChainBatch, LogitsTreeBatch and sample (docs/api.md "Penalties and
+logit bias"): neutral settings change no bit, each sequence gets its own lists
 and a row's drafts count, Coupled emits what sample() draws with the path's drafts in the history,
 the lists are viewed in place and held, and bad lists raise (the C++ library's InvalidInput, or
 the argument named) with outputs untouched. Token for token against C++: test_against_cpp_batches."""
@@ -163,7 +163,7 @@ def merged_history(tokens, counts, drafts):
 
 def test_coupled_emits_sample_with_the_path_in_the_history():
     """Coupled's tokens are sample() of each row with that row's history: the sequence's history
-    plus the drafts before it (API.md: sample's history includes the row's own drafts)."""
+    plus the drafts before it (docs/api.md: sample's history includes the row's own drafts)."""
     rng = np.random.default_rng(5)
     params = sv.sampling_params(B, temperature=0.8, top_k=20)
     penalties(params, rng)

@@ -1,4 +1,4 @@
-"""The sharded verify from Python (API.md "Sharded vocabulary"): verify(..., all_gather=fn) on each
+"""The sharded verify from Python (docs/api.md "Sharded vocabulary"): verify(..., all_gather=fn) on each
 rank's slice of chains and trees gives every rank the unsharded verify's outputs, bit for bit, with
 ranks as threads (a gather over a barrier), as processes over torch.distributed (gloo), and over
 mpi4py."""

@@ -1,6 +1,6 @@
 """torch.ops.specverify.*: the operators give sv.padded's outputs bit for bit, their Meta
 implementations the outputs' shapes and dtypes, offset_increment advances the offset, and bad input
-raises the padded functions' errors (API.md "Python, inside an engine's step")."""
+raises the padded functions' errors (docs/api.md "Python, inside an engine's step")."""
 import hashlib
 
 import numpy as np

@@ -61,6 +61,16 @@ struct CCommunicator {
   }
 };
 
+/// A C enum field as the int its caller stored: C lets a caller store any int there, which C++
+/// may not load as the enum (a value outside the enumerators' range is undefined behaviour).
+template <class E>
+int enum_value(const E& field) {
+  static_assert(std::is_enum<E>::value && sizeof(E) == sizeof(int), "the C API's enums are int-sized");
+  int value;
+  std::memcpy(&value, &field, sizeof value);
+  return value;
+}
+
 specverify::Randomness randomness_of(const sv_randomness* given) {
   const sv_randomness r = read_versioned(given, "sv_randomness");
   specverify::Randomness out;
@@ -80,7 +90,7 @@ specverify::VocabShard shard_of(const sv_vocab_shard& s) {
 static_assert(sizeof(sv_sampling_params) == sizeof(specverify::SamplingParams) &&
                   offsetof(sv_sampling_params, frequency_penalty) ==
                       offsetof(specverify::SamplingParams, frequency_penalty),
-              "sv_sampling_params has the C++ SamplingParams layout (API.md)");
+              "sv_sampling_params has the C++ SamplingParams layout (docs/api.md \"C API\")");
 const specverify::SamplingParams* params_of(const sv_sampling_params* p) {
   return reinterpret_cast<const specverify::SamplingParams*>(p);
 }
@@ -109,8 +119,8 @@ void check_probability_batch(const CBatch& b) {
   for (const auto& [field, set] : logits_only) {
     if (set) reject(std::string(field) + " is set on a batch of probability rows: it is for logits rows (target_logits)");
   }
-  if (b.row_type != SV_F32) {
-    reject("row_type = " + std::to_string(static_cast<int>(b.row_type)) +
+  if (enum_value(b.row_type) != SV_F32) {
+    reject("row_type = " + std::to_string(enum_value(b.row_type)) +
            ": probability rows are SV_F32 (16-bit rows are for logits)");
   }
 }
@@ -175,11 +185,11 @@ Batch batch_of(const sv_tree_batch& b) {
   Batch o = shared_fields_of<Batch>(b);
   o.node_offsets = b.node_offsets;
   o.parents = b.parents;
-  switch (b.drafted) {
+  switch (enum_value(b.drafted)) {
     case SV_SAMPLED: o.drafted = specverify::Drafted::sampled; break;
     case SV_SAMPLED_WITHOUT_REPLACEMENT: o.drafted = specverify::Drafted::sampled_without_replacement; break;
     case SV_DETERMINISTIC: o.drafted = specverify::Drafted::deterministic; break;
-    default: reject("drafted = " + std::to_string(static_cast<int>(b.drafted)) + " is not an sv_drafted");
+    default: reject("drafted = " + std::to_string(enum_value(b.drafted)) + " is not an sv_drafted");
   }
   return o;
 }
@@ -221,8 +231,8 @@ template <bool kTree, class Visit>
 void with_rule(const sv_rule* given, const Visit& visit) {
   if (!given) reject("rule is null");
   const sv_rule& r = *given;
-  const auto divergence = static_cast<specverify::Divergence>(r.divergence);
-  switch (r.kind) {
+  const auto divergence = static_cast<specverify::Divergence>(enum_value(r.divergence));
+  switch (enum_value(r.kind)) {
     case SV_STANDARD: return visit(specverify::Standard{});
     case SV_GREEDY: return visit(specverify::Greedy{});
     case SV_EARS: return visit(specverify::Ears{r.beta});
@@ -240,7 +250,7 @@ void with_rule(const sv_rule* given, const Visit& visit) {
       reject("rule SV_TYPICAL is not in this library: Medusa's typical acceptance is a C++ rule of the caller's "
              "own (examples/typical_acceptance.hpp)");
   }
-  reject("rule kind = " + std::to_string(static_cast<int>(r.kind)) + " is not an sv_rule_kind");
+  reject("rule kind = " + std::to_string(enum_value(r.kind)) + " is not an sv_rule_kind");
 }
 
 specverify::CpuOptions options_of(int max_threads) {
@@ -298,13 +308,13 @@ int guarded(sv_error* err, const Body& body) noexcept {
 }
 
 template <class Visit>
-void with_logit_type(sv_row_type type, const Visit& visit) {
+void with_logit_type(int type, const Visit& visit) {
   switch (type) {
     case SV_F32: return visit(static_cast<const float*>(nullptr));
     case SV_F16: return visit(static_cast<const specverify::float16*>(nullptr));
     case SV_BF16: return visit(static_cast<const specverify::bfloat16*>(nullptr));
   }
-  reject("row_type = " + std::to_string(static_cast<int>(type)) + " is not an sv_row_type");
+  reject("row_type = " + std::to_string(type) + " is not an sv_row_type");
 }
 
 /// sv_verify_chains and sv_verify_trees: the C++ verify of the batch the C structs describe.
@@ -326,7 +336,7 @@ int verify_c(const sv_rule* rule, const CBatch* batch, const sv_randomness* r, c
     if (!b.target_probs && (b.target_logits || b.target_params)) {
       if (b.draft_probs) reject("draft_probs is set on a batch of logits rows: draft rows are draft_logits");
       if (S::has_row_max(b)) reject("target_row_max is set on a batch of logits rows: it is for probability rows");
-      with_logit_type(b.row_type, [&](const auto* type) {
+      with_logit_type(enum_value(b.row_type), [&](const auto* type) {
         using Logit = std::remove_cv_t<std::remove_pointer_t<decltype(type)>>;
         const auto logits = batch_of<typename S::template Logits<Logit>>(b);
         with_rule<S::kTree>(rule, [&](const auto& rl) { stats = run(rl, logits, randomness, output, b.communicator, max_threads); });

@@ -10,7 +10,7 @@
 // its slots now and then), and the drafts past it lie outside the vocabulary. Rows are long
 // enough now and then (V up to ~4200) that the streaming pre-pass runs over several blocks. Buffers
 // are sized exactly to what the batch describes, so ASan sees any read past them.
-// Invariants (API.md "Errors", "Logits and sampling parameters"): either invalid_input is thrown
+// Invariants (docs/api.md "Errors", "Logits and sampling parameters"): either invalid_input is thrown
 // with every output untouched, or each sequence's row holds its n_b accepted drafts (the input's),
 // one extra token, then kNoToken; every emitted token is in [0, V) and has processed p > 0 under
 // the row it came from (core::probability, the scalar definition, over that row prepared again);
@@ -409,11 +409,7 @@ bool call(const Rule& rule, Case& c, const Logit* t, const Logit* d, const Logit
     }
     const ChainOutput out{c.out.data(), c.width, c.accepted.data(), c.logprobs.data()};
     if (!c.tree && !c.padded) verify(rule, c.chain(t, d, u), c.randomness, out);
-    if (c.padded) {
-      const auto padded = core::padded(c.chain(t, d, u), c.walked.data());
-      cpu::detail::verify_logits<core::ChainLayout>(rule, padded, core::PaddedChainLayout::of(padded), c.randomness,
-                                                    out, CpuOptions{});
-    }
+    if (c.padded) verify(rule, core::padded(c.chain(t, d, u), c.walked.data()), c.randomness, out);
   } catch (const invalid_input& e) {
     message = e.what();
     return true;

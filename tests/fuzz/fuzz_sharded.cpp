@@ -6,7 +6,7 @@
 // empty slices allowed), each rank's rows copied to their own buffers sized exactly to the slice, so
 // ASan sees any read past them. Ranks run as threads over a ThreadGroup. Half the inputs, chains and
 // trees, are batches of logits instead (values with ties, -inf, NaN and +inf; per-sequence sampling
-// parameters; a bitmask, guidance, penalties and a bias). The invariants (API.md "Sharded
+// parameters; a bitmask, guidance, penalties and a bias). The invariants (docs/api.md "Sharded
 // vocabulary"): every rank returns or throws the same; where the unsharded verify succeeds on input
 // every pass of the sharded one reads as valid, the outputs are bit for bit the unsharded ones; where
 // either throws, no output changed.

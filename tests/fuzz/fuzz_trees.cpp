@@ -5,7 +5,7 @@
 // dozens of children, every Drafted, draft rows present or not, rows from a
 // palette of NaN, inf, negative, subnormal and ordinary values, wide rows (several draw chunks),
 // strides, caller uniforms, and an output row that may be too narrow. Buffers are sized exactly
-// to what the batch describes, so ASan sees any read past them. The invariants (API.md "Errors"
+// to what the batch describes, so ASan sees any read past them. The invariants (docs/api.md "Errors"
 // and "Trees"): either invalid_input is thrown with every output untouched, or each sequence's
 // row is an accepted path (each node the child of the one before, from the root, its token the
 // node's) whose tokens the rows they were tested on give positive mass, one extra token in [0, V)

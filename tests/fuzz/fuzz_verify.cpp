@@ -3,7 +3,7 @@
 // The input decodes into a rule with edge-case parameters, a batch (shape, ragged offsets, good or
 // bad, strides, tokens, rows drawn from a palette of NaN, inf, negative, subnormal and ordinary
 // values), optional caller uniforms, scores and target_row_max. Buffers are sized exactly to what
-// the batch describes, so ASan sees any read past them. The invariants (API.md "Errors" and
+// the batch describes, so ASan sees any read past them. The invariants (docs/api.md "Errors" and
 // "Layout"): either invalid_input is thrown with every output untouched, or each sequence's row is
 // its n_b <= k_b accepted drafts (equal to the input), one extra token in [0, V) that the row it
 // came from gives positive mass, then kNoToken; no accepted draft has p(x) = 0; the statistics add
@@ -314,9 +314,7 @@ void run(const Rule& rule, Case& c, bool params_ok, bool is_standard) {
   const std::int32_t B = batch.batch_size;
   const auto call = [&] {
     if (!c.padded) return verify(rule, batch, c.randomness, c.out);
-    const auto padded = core::padded(batch, c.counts.data());
-    return cpu::detail::verify_probs<core::ChainLayout>(rule, padded, core::PaddedChainLayout::of(padded),
-                                                        c.randomness, c.out, CpuOptions{});
+    return verify(rule, core::padded(batch, c.counts.data()), c.randomness, c.out);
   };
   VerifyStats stats;
   bool threw = false;

@@ -1,4 +1,4 @@
-// One answer everywhere (API.md v3): prints a hash of every output of `verify` and `sample` over a
+// One answer everywhere (docs/api.md): prints a hash of every output of `verify` and `sample` over a
 // fixed matrix of rules, layouts, row sources and sampling parameters, one line per case. ctest
 // builds this file three times (SSE2 only, AVX2 + FMA, -march=native) and runs each build at
 // several thread counts (tests/isa/CMakeLists.txt): every line must be the same everywhere.
@@ -8,7 +8,8 @@
 //
 // With a row type, the logits cases alone run on rows of that type: `float16` and `bfloat16` rows,
 // and `float16-as-float` / `bfloat16-as-float`, float rows holding the same values, must print the
-// same lines (API.md v3: a 16-bit row gives the bits of the float row holding its values).
+// same lines (docs/api.md "Rows in the model's dtype": a 16-bit row gives the bits of the float row
+// holding its values).
 //
 // usage: isa_hash THREADS [float | float16 | bfloat16 | float16-as-float | bfloat16-as-float]
 #include <specverify/specverify.hpp>
@@ -137,8 +138,9 @@ struct Shape {
   std::int32_t B, V, K;
 };
 
-/// Penalty and bias lists (API.md, per draft position): per sequence a history of about V / 8
-/// tokens (counts 0 .. 3, the drafts' region included) and up to 5 biased tokens in no order.
+/// Penalty and bias lists, per draft position (docs/api.md "Penalties and logit bias"): per sequence
+/// a history of about V / 8 tokens (counts 0 .. 3, the drafts' region included) and up to 5 biased
+/// tokens in no order.
 struct Lists : sv::testing::PenaltyListArrays {
   Lists(std::int32_t B, std::int32_t V, std::uint64_t key) {
     for (std::int32_t b = 0; b < B; ++b) {

@@ -1,4 +1,4 @@
-// Ragged penalty and bias lists (API.md "Penalties and logit bias, per draft position") as the
+// Ragged penalty and bias lists (docs/api.md "Penalties and logit bias") as the
 // tests build them, sequence after sequence, and a logits batch pointed at them.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Plain long double references for the row statistics (tests and benchmarks only): one element at
-// a time, straight from the definitions in API.md, with an explicit one-hot q where needed.
+// a time, straight from the definitions in docs/api.md "Divergence", with an explicit one-hot q where needed.
 #pragma once
 
 #include <cmath>

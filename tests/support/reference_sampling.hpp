@@ -1,4 +1,5 @@
-// A long-double reference of API.md's seven steps (logits to the processed p), written plainly:
+// A long-double reference of the pre-pass without bias or penalties (docs/api.md "Logits and sampling
+// parameters": its steps 1 and 4-9, numbered 1-7 below), logits to the processed p, written plainly:
 // sorting, no thresholds in g, every step on its own.
 #pragma once
 

@@ -1,5 +1,5 @@
-// Test support for the sharded verify over logits (API.md "Sharded vocabulary" with "Logits and
-// sampling parameters" and "Penalties and logit bias, per draft position"): logits chain batches
+// Test support for the sharded verify over logits (docs/api.md "Sharded vocabulary" with "Logits
+// and sampling parameters" and "Penalties and logit bias"): logits chain batches
 // owned by the test (rows whole) with every optional input the logits batch takes, and each
 // rank's batch over its slice of them, as views into the whole rows or as copies.
 #pragma once

@@ -64,7 +64,7 @@ SPECVERIFY_HD WalkResult block_walk(const Rule&, const Layout& layout, const Sou
   // A chain layout: ChainLayout, or one that walks fewer of its drafts (python/src/verify_padded.cpp).
   static_assert(std::is_base_of<ChainLayout, Layout>::value,
                 "Block verification decides a chain jointly and is defined on chains only "
-                "(API.md \"Block verification\"): verify it with a ChainBatch, not a TreeBatch");
+                "(docs/api.md \"Block verification\"): verify it with a ChainBatch, not a TreeBatch");
   using View = decltype(rows.open(source.target_row(b, 0)));
   WalkResult r;
   const std::int32_t first = layout.first(b), k = layout.count(b);

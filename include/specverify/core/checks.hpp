@@ -348,7 +348,7 @@ Finding check_shape(const Rule& rule, const Batch& batch, const Output& out) {
   if (Finding f = check_pointer(out.tokens, "output tokens")) return f;
   if (Finding f = check_pointer(out.num_accepted, "output num_accepted")) return f;
   if (Finding f = K::shape(batch)) return f;
-  // Traversal's guarantee averages over children drafted i.i.d. from q (TRAVERSAL.md).
+  // Traversal's guarantee averages over children drafted i.i.d. from q (docs/api.md "Traversal").
   if (rule_traits<Rule>::joint == Joint::traversal && K::drafted(batch) != static_cast<int>(Drafted::sampled)) {
     return batch_finding(Check::iid_drafts_needed, Stage::shape).ints(K::drafted(batch));
   }

@@ -1,4 +1,4 @@
-// Sums over the vocabulary that give the same bits in any order (API.md v3, "One answer
+// Sums over the vocabulary that give the same bits in any order (docs/api.md "One answer
 // everywhere"): whatever the SIMD width, the thread or block a slice runs on, or how a row is
 // split, a row's normaliser, masses, a draw's cumulative weights and its statistics are the same.
 //

@@ -3,23 +3,21 @@
 // would make the same inputs give different bits.
 #pragma once
 
+#include <type_traits>
+
 #include "specverify/config.hpp"
 
 namespace specverify::core {
 
-SPECVERIFY_HD inline float fused(float a, float b, float c) {
+template <class T>
+SPECVERIFY_HD inline T fused(T a, T b, T c) {
+  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value, "fused takes float or double");
 #if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
+  if constexpr (std::is_same<T, float>::value) return __fmaf_rn(a, b, c);
+  else return __fma_rn(a, b, c);
 #else
-  return __builtin_fmaf(a, b, c);
-#endif
-}
-
-SPECVERIFY_HD inline double fused(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
-#else
-  return __builtin_fma(a, b, c);
+  if constexpr (std::is_same<T, float>::value) return __builtin_fmaf(a, b, c);
+  else return __builtin_fma(a, b, c);
 #endif
 }
 

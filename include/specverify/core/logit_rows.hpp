@@ -2,7 +2,7 @@
 // backend reads values through (LogitView), and the per-element arithmetic every backend shares
 // (host and device), so CPU and CUDA compute bit-identical weights.
 //
-// API.md fixes the nine steps. Per element:
+// docs/api.md ("Logits and sampling parameters") fixes the nine steps. Per element:
 //   g(v) = u(v) + s (l(v) - u(v))        step 1, only with guidance; one fused multiply-add
 //   g(v) = penalised(g(v), entry)         steps 2-3 (bias, penalties) for the few tokens the
 //                                        overlay lists (core/penalties.hpp); others unchanged
@@ -181,7 +181,7 @@ SPECVERIFY_HD bool view_ok(const LogitView<Logit>& view) {
 }
 
 /// Whether the row keeps a token: a draft row that keeps none cannot have been sampled from, so
-/// the walk refuses one it must read (API.md: invalid when it must be read).
+/// the walk refuses one it must read (docs/api.md: invalid when it must be read).
 template <class Logit>
 SPECVERIFY_HD bool view_has_mass(const LogitView<Logit>& view) {
   return view.has_mass();

@@ -1,4 +1,4 @@
-// Penalties and logit bias (API.md "Penalties and logit bias, per draft position") as a sparse
+// Penalties and logit bias (docs/api.md "Penalties and logit bias") as a sparse
 // overlay on a row: the few tokens in the sequence's history, on the path to the row, or biased
 // get their adjusted logit once per row (steps 2 and 3, in float), and every pass that reads the
 // row substitutes those values; no [rows][V] count or mask buffer exists anywhere.

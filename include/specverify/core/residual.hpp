@@ -1,5 +1,5 @@
 // What is left of p at a tree node after some of its children were rejected (recursive rejection
-// sampling, API.md "Trees"). r_1 = p as given; rejecting child c_i with draft distribution q_i
+// sampling, docs/api.md "Trees"). r_1 = p as given; rejecting child c_i with draft distribution q_i
 // gives r_{i+1} = max(r_i - q_i, 0) / Z_i, Z_i = sum_v max(r_i(v) - q_i(v), 0), where q_i is
 //   sampled:                      q
 //   sampled_without_replacement:  q without c_1 .. c_{i-1}, renormalised (Jeon et al. 2024)

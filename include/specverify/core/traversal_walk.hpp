@@ -1,4 +1,4 @@
-// Traversal verification (Weng et al. 2025, arXiv 2505.12398; ../shared/TRAVERSAL.md): the joint
+// Traversal verification (Weng et al. 2025, arXiv 2505.12398; docs/api.md "Traversal"): the joint
 // walk that decides a tree from the leaves up. core::walk takes it for rules whose
 // rule_traits::joint is Joint::traversal; it reads rows only through the backend's row operations.
 //

@@ -197,10 +197,11 @@ SPECVERIFY_HD inline bool history_fine(const std::int32_t* tokens, const std::in
   return bad == 0;
 }
 
-/// Sequence b's history and bias lists (API.md): history tokens in [0, V), ascending (so unique),
-/// counts >= 0; bias tokens in [0, V) with finite values. The first fault in entry order, the
-/// history's before the bias's; a bias token entered twice is bias_twice's to find. Host and
-/// device alike: a backend reports sequence by sequence, so the lowest sequence's fault wins.
+/// Sequence b's history and bias lists (docs/api.md "Penalties and logit bias"): history tokens in
+/// [0, V), ascending (so unique), counts >= 0; bias tokens in [0, V) with finite values. The first
+/// fault in entry order, the history's before the bias's; a bias token entered twice is
+/// bias_twice's to find. Host and device alike: a backend reports sequence by sequence, so the
+/// lowest sequence's fault wins.
 template <class Batch>
 SPECVERIFY_HD Finding penalty_lists_finding(const Batch& batch, std::int32_t b) {
   const std::int32_t B = batch.batch_size;

@@ -83,7 +83,7 @@ SPECVERIFY_HD bool view_has_mass(const T*) {
   return true;
 }
 
-/// The seed and position that key sequence b's coupled sample at depth j (API.md "Coupled").
+/// The seed and position that key sequence b's coupled sample at depth j (docs/api.md "Coupled").
 SPECVERIFY_HD inline std::uint64_t coupled_seed(const Randomness& r, std::int32_t b) {
   return r.sequence_seeds ? r.sequence_seeds[b] : r.seed;
 }

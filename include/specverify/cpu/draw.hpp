@@ -1,4 +1,4 @@
-// The CPU's one inverse-CDF draw (API.md "Randomness"): the smallest i with
+// The CPU's one inverse-CDF draw (docs/api.md "Randomness"): the smallest i with
 // w_0 + ... + w_i > u * sum(w), every sum a core::FixedSum, so the token drawn is the same for
 // any SIMD width, and for any split of the row that sums its slices alike.
 //

@@ -1,6 +1,6 @@
 // a * b + c with one rounding per lane, on every instruction set: the exp, the log and every other
 // polynomial here rely on single roundings for their error bounds, and every build must compute
-// the same bits (API.md v3: the same tokens for SSE2, AVX2+FMA and AVX-512 builds).
+// the same bits (docs/api.md "One answer everywhere": the same tokens for SSE2, AVX2+FMA and AVX-512 builds).
 //   generic: lane by lane through the scalar fused multiply-add (slow, but the same bits; a build
 //            for a machine without FMA trades speed for the common answer), here;
 //   FMA3:    xsimd::fma (cpu/arch/fma3/fused.hpp);

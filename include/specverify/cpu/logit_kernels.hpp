@@ -762,7 +762,7 @@ void list_kept(LogitView<Logit>& view, float* scratch, const RowSplit& split) {
 
 }  // namespace logits_detail
 
-/// The pre-pass: a view of `row` with its sampling parameters applied (API.md's nine steps).
+/// The pre-pass: a view of `row` with its sampling parameters applied (docs/api.md's nine steps).
 /// `scratch` holds row.n floats: the top_k and top_p candidates while this runs, then the view's
 /// weights or its list of kept indices (view.weights and view.kept point into scratch: the view
 /// reads them until scratch is reused). Parameters must have passed check_sampling_params. view.ok is false when a

@@ -1,9 +1,9 @@
-// The sharded verify on the CPU (API.md "Sharded vocabulary"): each rank holds a slice of every
+// The sharded verify on the CPU (docs/api.md "Sharded vocabulary"): each rank holds a slice of every
 // row, and the ranks exchange summaries of their slices, never the rows, through the caller's
 // all_gather. Every summary merges bit for bit (FixedSums, maxima, first indices), so every rank
 // gets the unsharded verify's outputs.
 //
-// In phases, each one all_gather for the whole batch (DESIGN.md), their number and bytes a
+// In phases, each one all_gather for the whole batch (docs/sharded.md), their number and bytes a
 // function of B, the drafts' shape, the rule and the sampling parameters alone:
 //   1. shard: each rank's slice, its local findings (validation), a digest of the shared input;
 //   (rows of logits) the pre-pass's phases, cpu/sharded_logits.hpp: each row's merged view (max,
@@ -1671,7 +1671,7 @@ VerifyStats verify_sharded(const Rule& rule, const Batch& batch, const Randomnes
 
 }  // namespace cpu::shard
 
-/// Verifies this rank's slice of a sharded chain batch (API.md "Sharded vocabulary"): every rank
+/// Verifies this rank's slice of a sharded chain batch (docs/api.md "Sharded vocabulary"): every rank
 /// passes its slice (batch.shard) and otherwise the same arguments, and gets the outputs the
 /// unsharded verify gives on the whole rows. `comm` is any type with
 /// `void all_gather(const void* send, std::size_t bytes, void* recv) const` (recv: ranks * bytes in

@@ -13,6 +13,7 @@
 
 #include "specverify/core/chain_layout.hpp"
 #include "specverify/core/output.hpp"
+#include "specverify/core/padded_chain.hpp"
 #include "specverify/core/prob_source.hpp"
 #include "specverify/core/tree_layout.hpp"
 #include "specverify/core/logit_source.hpp"
@@ -191,7 +192,7 @@ VerifyStats verify(const Rule& rule, const ChainBatch<float>& batch, const Rando
 }
 
 /// Verifies a batch of draft trees with `rule`: at each node the children are tried in index
-/// order and the first accepted is followed (API.md "Trees"); writes the accepted path's tokens
+/// order and the first accepted is followed (docs/api.md "Trees"); writes the accepted path's tokens
 /// (and nodes), one more token and kNoToken padding per sequence.
 ///
 ///   specverify::TreeBatch<float> batch{B, V, node_offsets, parents, drafts, p, q};
@@ -215,7 +216,7 @@ VerifyStats verify(const Rule& rule, const TreeBatch<float>& batch, const Random
 
 /// Verifies a batch of draft chains given as logits: each sequence's sampling parameters (and
 /// guidance, bitmask, reduced draft vocabulary) are applied on the fly, row by row, exactly as
-/// API.md's seven steps say; no probability row is written anywhere.
+/// docs/api.md's nine steps say; no probability row is written anywhere.
 ///
 ///   specverify::SamplingParams params[B];                   // per sequence: temperature, top_k, ...
 ///   specverify::LogitsChainBatch<float> batch{B, V, offsets, drafts, target_logits, draft_logits};
@@ -233,6 +234,27 @@ template <class Rule, class Logit>
 VerifyStats verify(const Rule& rule, const LogitsChainBatch<Logit>& batch, const Randomness& randomness,
                    const ChainOutput& out) {
   return verify(rule, batch, randomness, out, CpuOptions{});
+}
+
+/// Verifies a padded batch of chains (core::padded(batch, num_draft_tokens)): sequence b owns its
+/// draft slots and rows as in `batch` but walks only its first num_draft_tokens[b] drafts, as an
+/// engine's fixed-shape step holds them; what lies past a count is never read. Probability rows
+/// or logits (core::PaddedLogitsChainBatch), with the unpadded overloads' outputs and faults.
+///
+///   const auto padded = specverify::core::padded(batch, num_draft_tokens);  // [B] counts
+///   auto stats = specverify::verify(specverify::Standard{}, padded, {seed, step}, out);
+template <class Rule>
+VerifyStats verify(const Rule& rule, const core::PaddedChainBatch<float>& batch, const Randomness& randomness,
+                   const ChainOutput& out, const CpuOptions& options = {}) {
+  return cpu::detail::verify_probs<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), randomness,
+                                                      out, options);
+}
+
+template <class Rule, class Logit>
+VerifyStats verify(const Rule& rule, const core::PaddedLogitsChainBatch<Logit>& batch, const Randomness& randomness,
+                   const ChainOutput& out, const CpuOptions& options = {}) {
+  return cpu::detail::verify_logits<core::ChainLayout>(rule, batch, core::PaddedChainLayout::of(batch), randomness,
+                                                       out, options);
 }
 
 /// Verifies a batch of draft trees given as logits (LogitsChainBatch's parameters, TreeBatch's

@@ -1,4 +1,4 @@
-// Rows in the model's dtype (API.md "Rows in the model's dtype on the CPU"): float16 and bfloat16
+// Rows in the model's dtype (docs/api.md "Rows in the model's dtype"): float16 and bfloat16
 // lanes widened to float as a pass reads them, never copied into a float buffer. Each widening is
 // exact, so a 16-bit row gives the bits of the float row holding its values on every instruction
 // set. One generic body over 16-bit lanes zero-extended to 32 bits; the zero-extending load per

@@ -1,4 +1,4 @@
-// The CUDA backend's one inverse-CDF draw (API.md "Randomness"), as a block primitive in CUB's
+// The CUDA backend's one inverse-CDF draw (docs/api.md "Randomness"), as a block primitive in CUB's
 // style: the caller owns the temporary storage (shared memory) and every thread of the block calls
 // with the same arguments and gets the same token back.
 //

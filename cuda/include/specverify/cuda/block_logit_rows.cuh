@@ -140,7 +140,7 @@ class BlockLogitRows {
     }
   }
 
-  /// The pre-pass: a view of `row` with its sampling parameters applied (API.md's seven steps),
+  /// The pre-pass: a view of `row` with its sampling parameters applied (docs/api.md's nine steps),
   /// the same in every thread. Parameters must have passed check_sampling_params. view.ok is
   /// false when a NaN or +inf logit was read (or guidance overflowed); view.has_mass() is false
   /// when every token is masked.
@@ -313,40 +313,24 @@ class BlockLogitRows {
   }
 
   /// The minimum over the block of one int per thread, in every thread.
-  __device__ int min(int v) {
-    __syncthreads();  // the temporaries and the slot may still be read from the previous operation
-    v = cub::BlockReduce<int, kThreads>(s_.cub.count).Reduce(v, detail::MinOp{});
-    if (threadIdx.x == 0) s_.slot.index = v;
-    __syncthreads();
-    return s_.slot.index;
-  }
+  __device__ int min(int v) { return reduce(v, s_.cub.count, s_.slot.index, detail::MinOp{}); }
 
  private:
   // ---------------------------------------------------------------- block reductions
 
-  __device__ double sum(double v) {
+  /// `op` over the block of one value per thread, through `temp` and `slot`, in every thread.
+  template <class T, class Temp, class Op>
+  __device__ T reduce(T v, Temp& temp, T& slot, Op op) {
+    __syncthreads();  // the temporaries and the slot may still be read from the previous operation
+    v = cub::BlockReduce<T, kThreads>(temp).Reduce(v, op);
+    if (threadIdx.x == 0) slot = v;
     __syncthreads();
-    v = cub::BlockReduce<double, kThreads>(s_.cub.sum).Reduce(v, detail::SumOp{});
-    if (threadIdx.x == 0) s_.slot.sum = v;
-    __syncthreads();
-    return s_.slot.sum;
+    return slot;
   }
 
-  __device__ int count(int v) {
-    __syncthreads();
-    v = cub::BlockReduce<int, kThreads>(s_.cub.count).Reduce(v, logit_detail::CountOp{});
-    if (threadIdx.x == 0) s_.slot.count = v;
-    __syncthreads();
-    return s_.slot.count;
-  }
-
-  __device__ unsigned min_bits(unsigned v) {
-    __syncthreads();
-    v = cub::BlockReduce<unsigned, kThreads>(s_.cub.bits).Reduce(v, logit_detail::MinBitsOp{});
-    if (threadIdx.x == 0) s_.slot.bits = v;
-    __syncthreads();
-    return s_.slot.bits;
-  }
+  __device__ double sum(double v) { return reduce(v, s_.cub.sum, s_.slot.sum, detail::SumOp{}); }
+  __device__ int count(int v) { return reduce(v, s_.cub.count, s_.slot.count, logit_detail::CountOp{}); }
+  __device__ unsigned min_bits(unsigned v) { return reduce(v, s_.cub.bits, s_.slot.bits, logit_detail::MinBitsOp{}); }
 
   // ---------------------------------------------------------------- penalties and bias
 

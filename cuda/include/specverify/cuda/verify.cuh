@@ -191,7 +191,7 @@ cudaError_t verify(const Rule& rule, const core::PaddedChainBatch<Prob>& batch, 
 }
 
 /// Verifies a batch of draft trees with `rule` on `stream`, as the CPU's verify over TreeBatch
-/// (API.md "Trees") with the same tokens, and with the chains' device semantics above: the
+/// (docs/api.md "Trees") with the same tokens, and with the chains' device semantics above: the
 /// accepted path's tokens (and accepted_nodes, logprobs where set), one more token, kNoToken
 /// padding; bad parent links, tokens, uniforms or a row_width below a path are found on the
 /// device and reported by check().

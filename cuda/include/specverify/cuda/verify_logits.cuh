@@ -310,7 +310,7 @@ std::size_t workspace_bytes(const Rule& rule, const LogitsTreeBatch<Logit>& batc
 
 /// Verifies a batch of draft chains given as logits on `stream`, all pointers on the device: each
 /// sequence's sampling parameters (guidance, bitmask, reduced draft vocabulary) are applied row by
-/// row as API.md's seven steps say, with the CPU backend's tokens. Never synchronises; what lies in
+/// row as docs/api.md's nine steps say, with the CPU backend's tokens. Never synchronises; what lies in
 /// device memory (offsets, tokens, parameters, the draft map, logits, uniforms) is checked on the
 /// device, and a fault there writes no output and is reported by check() in the CPU's words.
 ///
