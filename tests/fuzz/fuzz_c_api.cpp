@@ -338,6 +338,22 @@ struct Outputs {
   }
 };
 
+/// Calls `call(rule, randomness, err)` with a rule from the input, the randomness or null, and an
+/// sv_error or null; checks its code and message, and that an error left the outputs untouched.
+/// Whether it succeeded.
+template <class Call>
+bool succeeded(FuzzedDataProvider& in, const Outputs& outs, const Call& call,
+               const Versioned<sv_randomness>& r) {
+  const sv_rule ru = rule(in);
+  const bool has_err = in.ConsumeIntegralInRange<std::uint8_t>(0, 15) != 0;
+  Outcome o;
+  o.rc = call(&ru, in.ConsumeBool() ? r.get() : nullptr, has_err ? &o.err : nullptr);
+  check_error(o, has_err);
+  if (o.rc == SV_OK) return true;
+  CHECK(outs.untouched());
+  return false;
+}
+
 void chains(FuzzedDataProvider& in) {
   Common c;
   c.build(in, false);
@@ -359,16 +375,13 @@ void chains(FuzzedDataProvider& in) {
   Versioned<sv_chain_output> out;
   outs.fill(out.value());
   out.set_size(in);
-  const sv_rule ru = rule(in);
-  const bool has_err = in.ConsumeIntegralInRange<std::uint8_t>(0, 15) != 0;
-  Outcome o;
-  o.rc = sv_verify_chains(&ru, batch.get(), in.ConsumeBool() ? r.get() : nullptr, out.get(), 1,
-                          has_err ? &o.err : nullptr);
-  check_error(o, has_err);
-  if (o.rc != SV_OK) {
-    CHECK(outs.untouched());
-    return;
-  }
+  const bool ok = succeeded(
+      in, outs,
+      [&](const sv_rule* ru, const sv_randomness* rn, sv_error* err) {
+        return sv_verify_chains(ru, batch.get(), rn, out.get(), 1, err);
+      },
+      r);
+  if (!ok) return;
   // A well-formed call, then (an empty batch reads neither offsets nor rows).
   CHECK(c.B == 0 || (c.offsets[0] == 0 && c.rows_set > 1), c.offsets[0], c.rows_set);
   for (std::int32_t b = 0; b < c.B; ++b) {
@@ -410,16 +423,13 @@ void trees(FuzzedDataProvider& in) {
   outs.fill(out.value());
   out.value().accepted_nodes = outs.nodes.empty() ? nullptr : outs.nodes.data();
   out.set_size(in);
-  const sv_rule ru = rule(in);
-  const bool has_err = in.ConsumeIntegralInRange<std::uint8_t>(0, 15) != 0;
-  Outcome o;
-  o.rc = sv_verify_trees(&ru, batch.get(), in.ConsumeBool() ? r.get() : nullptr, out.get(), 1,
-                         has_err ? &o.err : nullptr);
-  check_error(o, has_err);
-  if (o.rc != SV_OK) {
-    CHECK(outs.untouched());
-    return;
-  }
+  const bool ok = succeeded(
+      in, outs,
+      [&](const sv_rule* ru, const sv_randomness* rn, sv_error* err) {
+        return sv_verify_trees(ru, batch.get(), rn, out.get(), 1, err);
+      },
+      r);
+  if (!ok) return;
   for (std::int32_t b = 0; b < c.B; ++b) {
     const std::int32_t k =
         c.offsets[static_cast<std::size_t>(b) + 1] - c.offsets[static_cast<std::size_t>(b)];
@@ -428,6 +438,16 @@ void trees(FuzzedDataProvider& in) {
     const std::int32_t* row =
         outs.tokens.data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(outs.width);
     for (std::int32_t j = 0; j <= n; ++j) CHECK(row[j] >= 0 && row[j] < c.V, row[j], c.V);
+    if (outs.nodes.empty()) continue;
+    // The accepted path: each node a child of the one before, its token the row's.
+    const std::int32_t first = c.offsets[static_cast<std::size_t>(b)];
+    const std::int32_t* nodes =
+        outs.nodes.data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(outs.width);
+    for (std::int32_t j = 0; j < n; ++j) {
+      CHECK(nodes[j] >= 0 && nodes[j] < k, nodes[j], k);
+      CHECK(parents[static_cast<std::size_t>(first + nodes[j])] == (j == 0 ? -1 : nodes[j - 1]), j);
+      CHECK(row[j] == c.tokens[static_cast<std::size_t>(first + nodes[j])], row[j]);
+    }
   }
 }
 
