@@ -23,6 +23,22 @@
   X(SpecDecPP<Ears>, __VA_ARGS__) X(SpecDecPP<Fsd>, __VA_ARGS__) X(SpecDecPP<ReducibleFsd>, __VA_ARGS__) \
   X(SpecDecPP<Sprinter>, __VA_ARGS__) X(SpecDecPP<Coupled>, __VA_ARGS__)
 
+/// The rules the C API names (specverify.h's sv_rule_kind): the C libraries' copies for the other
+/// instruction sets hold these alone (SPECVERIFY_C_RULES_ONLY, src/CMakeLists.txt).
+#define SPECVERIFY_C_TREE_RULES(X, ...)                                                                 \
+  X(Standard, __VA_ARGS__) X(Greedy, __VA_ARGS__) X(Ears, __VA_ARGS__) X(Fsd, __VA_ARGS__)             \
+  X(ReducibleFsd, __VA_ARGS__) X(Coupled, __VA_ARGS__) X(Traversal, __VA_ARGS__)
+#define SPECVERIFY_C_CHAIN_RULES(X, ...) SPECVERIFY_C_TREE_RULES(X, __VA_ARGS__) X(Block, __VA_ARGS__)
+
+/// The lists the library's translation units (src/compiled/) expand.
+#ifdef SPECVERIFY_C_RULES_ONLY
+#define SPECVERIFY_INSTANCE_TREE_RULES SPECVERIFY_C_TREE_RULES
+#define SPECVERIFY_INSTANCE_CHAIN_RULES SPECVERIFY_C_CHAIN_RULES
+#else
+#define SPECVERIFY_INSTANCE_TREE_RULES SPECVERIFY_TREE_RULES
+#define SPECVERIFY_INSTANCE_CHAIN_RULES SPECVERIFY_CHAIN_RULES
+#endif
+
 /// One rule over one batch kind: the unsharded verify and the sharded one. `extern` for the
 /// library's users (SPECVERIFY_INSTANCE below); the library's own translation units define
 /// SPECVERIFY_INSTANCE empty and expand the lists for the kinds each holds.

@@ -56,7 +56,8 @@ typedef enum sv_status {
   SV_INVALID_INPUT = 1,  /* the input is malformed: the message names sequence, position and value */
   SV_OUT_OF_MEMORY = 2,  /* scratch could not be allocated */
   SV_COMMUNICATOR = 3,   /* a sharded call's all_gather returned non-zero (its ranks are then out of step) */
-  SV_INTERNAL = 4        /* anything else the library threw: a defect, reported with its message */
+  SV_INTERNAL = 4,       /* anything else the library threw: a defect, reported with its message */
+  SV_UNSUPPORTED = 5     /* SPECVERIFY_ISA names an instruction set this library or this CPU lacks (sv_isa) */
 } sv_status;
 
 typedef struct sv_error {
@@ -246,7 +247,12 @@ SV_API int sv_sample(const float* logits, int32_t vocab_size, const sv_sampling_
                      int32_t history_size, const int32_t* bias_tokens, const float* bias_values, int32_t bias_size,
                      int32_t* token, sv_error* err);
 
-/* The instruction set the library's kernels run on: "sse2", "avx2" or "avx512". */
+/* The instruction set the library's kernels run on: "sse2", "avx2" or "avx512" ("generic" off
+ * x86-64). On x86-64 the library holds its kernels for each of the three (a build for one machine,
+ * SPECVERIFY_NATIVE, holds that machine's in place of one of them) and picks, at the first call, the
+ * best this CPU runs; the outputs are the same bits on each. SPECVERIFY_ISA=sse2|avx2|avx512 in the
+ * environment forces one; where this library or CPU lacks it, sv_isa() returns "none" and every
+ * other call SV_UNSUPPORTED, its message naming what is missing. */
 SV_API const char* sv_isa(void);
 
 #ifdef __cplusplus

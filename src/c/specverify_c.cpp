@@ -1,4 +1,5 @@
-// The C API (specverify.h) over the compiled library: each entry point reads the caller's
+// The C API (specverify.h) over the compiled library, for the instruction set this translation
+// unit is compiled for (dispatch.cpp picks among the copies): each entry point reads the caller's
 // versioned structs, builds the C++ batch they describe, calls the library's verify for the rule
 // it names, and turns whatever is thrown into an sv_status and a message. Nothing is written to
 // the caller's outputs before the C++ verify has validated them, which in turn writes nothing on
@@ -12,8 +13,13 @@
 #include <string>
 #include <type_traits>
 
+#include "entry_points.hpp"
 #include "specverify/compiled.hpp"
 #include "specverify/sample.hpp"
+
+#ifndef SPECVERIFY_C_ISA_COPY
+#error "specverify_c.cpp: -DSPECVERIFY_C_ISA_COPY=<name> names this copy's table (src/CMakeLists.txt)"
+#endif
 
 static_assert(SV_VERSION == (SPECVERIFY_PROJECT_VERSION_NUMBER), "specverify.h's SV_VERSION is the project's version");
 
@@ -350,42 +356,19 @@ int verify_c(const sv_rule* rule, const CBatch* batch, const sv_randomness* r, c
   });
 }
 
-}  // namespace
-
-extern "C" {
-
-int sv_version(void) { return SV_VERSION; }
-
-const char* sv_isa(void) {
-#if defined(__AVX512F__)
-  return "avx512";
-#elif defined(__AVX2__)
-  return "avx2";
-#elif defined(__SSE2__) || defined(__x86_64__)
-  return "sse2";
-#else
-  return "generic";
-#endif
-}
-
-sv_sampling_params sv_sampling_params_default(void) {
-  const specverify::SamplingParams d;
-  return {d.temperature, d.top_k, d.top_p, d.min_p, d.repetition_penalty, d.presence_penalty, d.frequency_penalty};
-}
-
-int sv_verify_chains(const sv_rule* rule, const sv_chain_batch* batch, const sv_randomness* r,
-                     const sv_chain_output* out, int max_threads, sv_error* err) {
+int verify_chains(const sv_rule* rule, const sv_chain_batch* batch, const sv_randomness* r, const sv_chain_output* out,
+                  int max_threads, sv_error* err) {
   return verify_c(rule, batch, r, out, max_threads, err);
 }
 
-int sv_verify_trees(const sv_rule* rule, const sv_tree_batch* batch, const sv_randomness* r,
-                    const sv_tree_output* out, int max_threads, sv_error* err) {
+int verify_trees(const sv_rule* rule, const sv_tree_batch* batch, const sv_randomness* r, const sv_tree_output* out,
+                 int max_threads, sv_error* err) {
   return verify_c(rule, batch, r, out, max_threads, err);
 }
 
-int sv_sample(const float* logits, int32_t vocab_size, const sv_sampling_params* params, uint64_t seed,
-              int64_t position, const int32_t* history_tokens, const int32_t* history_counts, int32_t history_size,
-              const int32_t* bias_tokens, const float* bias_values, int32_t bias_size, int32_t* token, sv_error* err) {
+int sample(const float* logits, int32_t vocab_size, const sv_sampling_params* params, uint64_t seed, int64_t position,
+           const int32_t* history_tokens, const int32_t* history_counts, int32_t history_size,
+           const int32_t* bias_tokens, const float* bias_values, int32_t bias_size, int32_t* token, sv_error* err) {
   return guarded(err, [&] {
     if (!params) reject("params is null");
     if (!token) reject("token is null");
@@ -394,4 +377,22 @@ int sv_sample(const float* logits, int32_t vocab_size, const sv_sampling_params*
   });
 }
 
-}  // extern "C"
+/// What the kernels of this copy were compiled for.
+constexpr const char* kIsa =
+#if defined(__AVX512F__)
+    "avx512";
+#elif defined(__AVX2__)
+    "avx2";
+#elif defined(__SSE2__) || defined(__x86_64__)
+    "sse2";
+#else
+    "generic";
+#endif
+
+constexpr specverify_entry_points kEntryPoints{kIsa, verify_chains, verify_trees, sample};
+
+}  // namespace
+
+extern "C" const specverify_entry_points* SPECVERIFY_C_ENTRY_POINTS_NAME(SPECVERIFY_C_ISA_COPY)(void) {
+  return &kEntryPoints;
+}

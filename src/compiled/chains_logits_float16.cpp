@@ -3,5 +3,5 @@
 #include "specverify/compiled.hpp"
 
 namespace specverify {
-SPECVERIFY_CHAIN_RULES(SPECVERIFY_VERIFY, LogitsChainBatch<float16>, ChainOutput)
+SPECVERIFY_INSTANCE_CHAIN_RULES(SPECVERIFY_VERIFY, LogitsChainBatch<float16>, ChainOutput)
 }  // namespace specverify

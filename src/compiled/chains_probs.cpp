@@ -3,5 +3,5 @@
 #include "specverify/compiled.hpp"
 
 namespace specverify {
-SPECVERIFY_CHAIN_RULES(SPECVERIFY_VERIFY, ChainBatch<float>, ChainOutput)
+SPECVERIFY_INSTANCE_CHAIN_RULES(SPECVERIFY_VERIFY, ChainBatch<float>, ChainOutput)
 }  // namespace specverify

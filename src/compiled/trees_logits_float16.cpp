@@ -3,5 +3,5 @@
 #include "specverify/compiled.hpp"
 
 namespace specverify {
-SPECVERIFY_TREE_RULES(SPECVERIFY_VERIFY, LogitsTreeBatch<float16>, TreeOutput)
+SPECVERIFY_INSTANCE_TREE_RULES(SPECVERIFY_VERIFY, LogitsTreeBatch<float16>, TreeOutput)
 }  // namespace specverify

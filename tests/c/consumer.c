@@ -3,7 +3,10 @@
  * sampling parameters, penalties and bias, a tree batch, sv_sample, and one bad input. It checks
  * what it can on its own and prints `hash <16 hex digits>`, an FNV-1a over every output, which
  * consumer_hash.cpp computes through the C++ API on the same inputs (consumer_inputs.h): the two
- * lines must be equal. Exits 0 on success, 1 on any failed check. Notation: p = target, q = draft. */
+ * lines must be equal. It prints `isa <name>` first (sv_isa()); where that is "none" (SPECVERIFY_ISA
+ * names an instruction set the library or CPU lacks) it checks SV_UNSUPPORTED, prints
+ * `unsupported <message>` and exits 3. Exits 0 on success, 1 on any failed check. Notation: p =
+ * target, q = draft. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,6 +88,16 @@ int main(void) {
 
   CHECK(sv_version() == SV_VERSION, "sv_version() == SV_VERSION");
   CHECK(sv_isa() != NULL && sv_isa()[0] != '\0', "sv_isa()");
+  printf("isa %s\n", sv_isa());
+  if (strcmp(sv_isa(), "none") == 0) {
+    /* SPECVERIFY_ISA names an instruction set this library or CPU lacks: every call says so. */
+    memset(&err, 0, sizeof err);
+    code = sv_verify_chains(NULL, NULL, NULL, NULL, 0, &err);
+    CHECK(code == SV_UNSUPPORTED && err.code == SV_UNSUPPORTED, "SV_UNSUPPORTED");
+    CHECK(sv_sample(NULL, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL, 0, NULL, NULL) == SV_UNSUPPORTED, "sv_sample");
+    printf("unsupported %s\n", err.message);
+    return failures ? 1 : 3;
+  }
   d = sv_sampling_params_default();
   CHECK(d.temperature == 1.0f && d.top_k == 0 && d.top_p == 1.0f && d.min_p == 0.0f && d.repetition_penalty == 1.0f &&
             d.presence_penalty == 0.0f && d.frequency_penalty == 0.0f,
