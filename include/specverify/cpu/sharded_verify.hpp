@@ -556,36 +556,50 @@ struct LogitsOf<LogitsChainBatch<Logit>> {
 template <class Logit>
 struct LogitsOf<LogitsTreeBatch<Logit>> : LogitsOf<LogitsChainBatch<Logit>> {};
 
-/// A sharded verify of one batch on one rank: chains or trees of probability rows (ChainBatch,
-/// TreeBatch), or of logits (LogitsChainBatch, LogitsTreeBatch), whose slices LogitSlices reads as
-/// probability rows.
-template <class Arch, class Rule, class Comm, class Batch>
-class ShardedVerify {
-  using traits = rule_traits<Rule>;
+/// What a sharded verify's phases need of its rule, known per call: the same type for every
+/// rule, so that the phases are compiled once per batch kind rather than once per rule.
+struct RuleNeeds {
+  RowStats stats;             // the row statistics its decisions read
+  bool argmax_draw = false;   // a draw by argmax: the rows' max and argmax
+  bool coupled = false;       // Coupled's draws: the rows' Gumbel maxima
+  bool chain_masses = false;  // a joint chain walk's masses Z_i (Block, Traversal)
+
+  template <class Rule, bool kTree>
+  static RuleNeeds of(const Rule& rule) {
+    using traits = rule_traits<Rule>;
+    RuleNeeds n;
+    n.stats = traits::stats(rule);
+    n.argmax_draw = traits::on_reject == Draw::argmax || traits::on_bonus == Draw::argmax;
+    n.coupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
+    // Block and Traversal: on a chain both read the masses Z_i = sum max(s P_i - Q_i, 0) at nodes
+    // 1 .. k - 1 (Traversal's root never asks: |R| = 1 passes) and draw from max(s P - Q, 0). On a
+    // tree, Traversal's masses are those of R after absorbed children: the tree rounds ask them.
+    n.chain_masses = traits::joint != Joint::none && !kTree;
+    return n;
+  }
+};
+
+/// The phases of a sharded verify of one batch on one rank, whatever its rule: chains or trees of
+/// probability rows (ChainBatch, TreeBatch), or of logits (LogitsChainBatch, LogitsTreeBatch), whose
+/// slices LogitSlices reads as probability rows. ShardedVerify drives them with its rule's walk.
+template <class Arch, class Comm, class Batch>
+class ShardedPhases {
+ protected:
   using Layout = typename ShapeOf<Batch>::Layout;
   using Output = typename ShapeOf<Batch>::Output;
   static constexpr bool kTree = std::is_same_v<Layout, core::TreeLayout>;
   static constexpr core::Place kPlace = kTree ? core::Place::node : core::Place::position;  // a fault's
-  static_assert(!kTree || !specverify::detail::has_cut<Rule>::value,
-                "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
-  static_assert(!kTree || traits::joint != Joint::block, "Block verification decides chains: it has no tree form");
-  static constexpr bool kCoupled = traits::on_reject == Draw::coupled || traits::on_bonus == Draw::coupled;
-  // Block and Traversal: on a chain both read the masses Z_i = sum max(s P_i - Q_i, 0) at nodes
-  // 1 .. k - 1 (Traversal's root never asks: |R| = 1 passes) and draw from max(s P - Q, 0). On a
-  // tree, Traversal's masses are those of R after absorbed children: the tree rounds ask them.
-  static constexpr bool kChainMasses = traits::joint != Joint::none && !kTree;  // the block phases' Z_i
   using Logit = typename LogitsOf<Batch>::type;
   static constexpr bool kLogits = !std::is_void_v<Logit>;
   struct NoLogits {};
   using Logits = std::conditional_t<kLogits, LogitSlices<Arch, Logit, Layout>, NoLogits>;
 
- public:
-  ShardedVerify(const Rule& rule, const Batch& batch, const Randomness& randomness, const Comm& comm)
-      : rule_(rule), batch_(batch), randomness_(randomness), comm_(comm), layout_(Layout::of(batch)),
+  ShardedPhases(const RuleNeeds& needs, const Batch& batch, const Randomness& randomness, const Comm& comm)
+      : needs_(needs), batch_(batch), randomness_(randomness), comm_(comm), layout_(Layout::of(batch)),
         logits_(make_logits(batch, layout_)) {}
 
-  /// Phase 1: every rank learns every slice, or every rank throws the lowest rank's finding.
-  void agree(const Output& out, const CpuOptions& options) {
+  /// This rank's header, before its checks.
+  Header header() const {
     Header h;
     const VocabShard& s = batch_.shard;
     h.rank = s.rank;
@@ -594,39 +608,17 @@ class ShardedVerify {
     h.size = s.ranks == 1 && s.local_vocab_size == 0 ? batch_.vocab_size : s.local_vocab_size;
     h.has_q = draft_rows() != nullptr;
     if constexpr (kLogits) h.has_guidance = batch_.unconditional_logits != nullptr;
-    std::vector<std::int32_t> target_to_draft, bias_order;
-    try {
-      check_slice(h);
-      Batch whole = batch_;  // validated as the unsharded verify would see it
-      whole.shard = {};
-      whole.target_stride = 0;
-      // An empty slice's null rows say nothing of the draft rows the other ranks pass (its has_q
-      // is ignored below): Traversal and trees of sampled children, which need draft rows, leave
-      // their check to those ranks.
-      bool needs_q = traits::joint == Joint::traversal;
-      if constexpr (kTree) needs_q = needs_q || batch_.drafted != Drafted::deterministic;
-      const bool draft_rows_unknown = h.size == 0 && !h.has_q && needs_q;
-      if constexpr (kLogits) {
-        static const Logit placeholder{};  // validation reads no row; an empty slice may pass null
-        if (!logits_.whole_drafts()) whole.draft_stride = 0;
-        whole.unconditional_stride = 0;
-        if (!whole.target_logits) whole.target_logits = &placeholder;
-        if (draft_rows_unknown) whole.draft_logits = &placeholder;
-        core::validate_logits(rule_, whole, randomness_, out, target_to_draft, bias_order);
-      } else {
-        static const float placeholder = 0.0f;
-        whole.draft_stride = 0;
-        if (!whole.target_probs) whole.target_probs = &placeholder;
-        if (draft_rows_unknown) whole.draft_probs = &placeholder;
-        core::validate(rule_, whole, randomness_, out);
-      }
-      core::check_positions<Rule>(randomness_);
-      detail::check_options(options);
-      digest(out, h.digest);
-    } catch (const invalid_input& e) {
-      h.failed = 1;
-      std::strncpy(h.message, e.what(), sizeof h.message - 1);
-    }
+    return h;
+  }
+  static void fail(Header& h, const invalid_input& e) {
+    h.failed = 1;
+    std::strncpy(h.message, e.what(), sizeof h.message - 1);
+  }
+
+  /// Phase 1 after this rank's checks: every rank learns every slice, or every rank throws the
+  /// lowest rank's finding.
+  void exchange(const Header& h, std::vector<std::int32_t> target_to_draft, std::vector<std::int32_t> bias_order) {
+    const VocabShard& s = batch_.shard;
     Message m;
     m.put(h);
     const std::int32_t ranks = std::max(1, s.ranks);
@@ -687,7 +679,8 @@ class ShardedVerify {
     }
   }
 
-  VerifyStats run(const Output& output) {
+  /// Phases 2 and 3: every node's rows summarised and merged, ready for the walks.
+  void summary_phases(std::vector<float>& staged, const core::OutputRows& out) {
     const std::int32_t B = batch_.batch_size;
     const std::int64_t slots = std::int64_t{layout_.offsets[B]} + B;
     if constexpr (kLogits) {
@@ -696,18 +689,16 @@ class ShardedVerify {
       logits_.prepare(comm_, sizes);
     }
     rows_phase(slots);
-    const RowStats need = traits::stats(rule_);
     // Rows of logits keep their statistics at scale 1, as LogitRows sums them (p <= 1).
-    if (!kLogits && (need.entropy || need.divergence)) rescale_phase();
-
-    const core::OutputRows out = core::OutputRows::of(output);
-    std::vector<float> staged(out.logprobs ? std::size_t(B) * std::size_t(out.row_width) : 0);
+    if (!kLogits && (needs_.stats.entropy || needs_.stats.divergence)) rescale_phase();
+    staged.assign(out.logprobs ? std::size_t(B) * std::size_t(out.row_width) : 0, 0.0f);
     results_.assign(static_cast<std::size_t>(B), {});
     pending_.assign(static_cast<std::size_t>(B), {});
-    Source source{has_q_, known_max(), kTree};
-    if constexpr (kChainMasses) block_phases(source);
-    walk_all(source, staged, out);
-    draw_phases(staged, out);
+  }
+
+  /// After the walks and the draws: a fault raised, or the outputs written.
+  VerifyStats report(std::vector<float>& staged, const core::OutputRows& out) {
+    const std::int32_t B = batch_.batch_size;
     for (std::int32_t b = 0; b < B; ++b) {
       core::Fault f = results_[b].fault;
       if (f.kind == core::FaultKind::none) continue;
@@ -725,7 +716,6 @@ class ShardedVerify {
     return total;
   }
 
- private:
   void check_slice(const Header& h) const {
     const VocabShard& s = batch_.shard;
     if (s.ranks < 1 || s.rank < 0 || s.rank >= s.ranks) {
@@ -774,19 +764,19 @@ class ShardedVerify {
     else return batch_.target_row_max;
   }
 
-  /// The digests of what every rank must pass alike (Agreed), of a batch that validated.
-  void digest(const Output& out, std::uint64_t (&digests)[kAgreed]) const {
+  /// The digests of what every rank must pass alike (Agreed), of a batch that validated; the
+  /// rule's (digest_rule) from the caller.
+  void digest(const Output& out, std::uint64_t rule_digest, std::uint64_t (&digests)[kAgreed]) const {
     Digest d[kAgreed];
     const auto part = [&](Agreed a) -> Digest& { return d[static_cast<std::size_t>(a)]; };
     const std::int32_t B = batch_.batch_size;
     const std::int32_t shape[4] = {B, batch_.vocab_size, out.row_width, batch_.shard.ranks};
     part(Agreed::sizes).add(shape, 4);
     const std::int64_t drafts = B > 0 ? layout_.offsets[B] : 0;
-    digest_rule(part(Agreed::rule), rule_, drafts);
     const Randomness& r = randomness_;
     const std::uint64_t words[2] = {r.seed, r.offset};
     // Positions key Coupled's noise alone (other rules ignore them, as check_positions does).
-    const std::int64_t* positions = kCoupled ? r.positions : nullptr;
+    const std::int64_t* positions = needs_.coupled ? r.positions : nullptr;
     const std::uint8_t given[4] = {r.sequence_seeds != nullptr, r.accept_uniforms != nullptr,
                                    r.sample_uniforms != nullptr, positions != nullptr};
     part(Agreed::randomness).add(words, 2);
@@ -808,6 +798,7 @@ class ShardedVerify {
       if constexpr (kLogits) digest_logits(part);
     }
     for (std::size_t a = 0; a < kAgreed; ++a) digests[a] = d[a].value();
+    digests[static_cast<std::size_t>(Agreed::rule)] = rule_digest;
   }
 
   static float* stage(std::vector<float>& staged, const core::OutputRows& out, std::int32_t b) {
@@ -927,7 +918,7 @@ class ShardedVerify {
     const std::int32_t n = std::max(0, hi - lo);
     if (!q) return detail::sum_terms_at<Arch>(p + lo, nullptr, n, detail::MassTerm{}, scale);
     double factor;
-    return detail::with_divergence_term(traits::stats(rule_).kind, factor, [&](auto term, bool swapped) {
+    return detail::with_divergence_term(needs_.stats.kind, factor, [&](auto term, bool swapped) {
       return swapped ? detail::sum_terms_at<Arch>(q + lo, p + lo, n, term, scale)
                      : detail::sum_terms_at<Arch>(p + lo, q + lo, n, term, scale);
     });
@@ -942,20 +933,20 @@ class ShardedVerify {
 
   /// Phase 2: the summaries of every node's rows.
   NodeFields fields() const {
-    const RowStats need = traits::stats(rule_);
+    const RowStats& need = needs_.stats;
     NodeFields f;
-    f.max = need.max || need.argmax || traits::on_reject == Draw::argmax || traits::on_bonus == Draw::argmax;
+    f.max = need.max || need.argmax || needs_.argmax_draw;
     f.entropy = need.entropy;
     f.divergence = need.divergence && (has_q_ || !kLogits);
     f.after = need.divergence && !has_q_ && !kLogits;
     if (kLogits) f.max = false;  // the merged views'
 
-    f.coupled = kCoupled;
+    f.coupled = needs_.coupled;
     return f;
   }
 
   void rows_phase(std::int64_t slots) {
-    const RowStats need = traits::stats(rule_);
+    const RowStats& need = needs_.stats;
     const NodeFields fields = this->fields();
     const bool want_max = fields.max;
     Message m;
@@ -1002,7 +993,7 @@ class ShardedVerify {
             p_ok = p_ok && a.ok && c.ok;
           }
         }
-        if (kCoupled) {
+        if (needs_.coupled) {
           const std::uint64_t seed = core::coupled_seed(randomness_, b);
           const std::int64_t position = core::coupled_position(randomness_, b, d);
           if constexpr (kLogits) {
@@ -1085,7 +1076,7 @@ class ShardedVerify {
   /// Phase 3: the statistics whose largest term leaves FixedSum's domain at scale 1, summed again
   /// at the scale the whole row's largest term gives (as cpu::detail::sum_terms).
   void rescale_phase() {
-    const RowStats need = traits::stats(rule_);
+    const RowStats& need = needs_.stats;
     const std::int64_t V = batch_.vocab_size;
     // The row length each sum covers: the row, or a one-hot divergence's parts around x.
     const auto lengths = [&](const Node& n) {
@@ -1155,11 +1146,11 @@ class ShardedVerify {
 
   /// After sequence b's walk: its place for the pending draw, and a bad value its rows' passes
   /// met that the walk did not stop at (a sharded verify reports every bad value it reads).
-  void settle(std::int32_t b) {
+  /// `limit`: the rule's cut of the chain (rule_traits::cut).
+  void settle(std::int32_t b, std::int32_t limit) {
     core::WalkResult& r = results_[b];
     PendingDraw& pd = pending_[b];
     const std::int64_t base = layout_.target_row(b, -1);
-    const std::int32_t limit = traits::cut(rule_, layout_.first(b), layout_.count(b));
     // A row's fault names the child the walk tests there, or at the bonus row the node itself.
     const auto named_node = [&](std::int64_t slot, std::int32_t c) { return c >= 0 ? c : static_cast<std::int32_t>(slot - base) - 1; };
     bool found = false;
@@ -1181,7 +1172,7 @@ class ShardedVerify {
       const std::int64_t row = r.fault.target_row >= 0 ? r.fault.target_row : r.fault.draft_row;
       const auto slot = static_cast<std::size_t>(r.fault.target_row >= 0 || kTree ? row : row + b);
       const std::vector<BlockMass>& known = known_[static_cast<std::size_t>(b)];
-      if (kChainMasses && !masses_[slot].ok) {  // a Z_i's pass met it
+      if (needs_.chain_masses && !masses_[slot].ok) {  // a Z_i's pass met it
         name(r.fault, masses_[slot].p_bad, masses_[slot].q_bad);
       } else if (!known.empty() && !known.back().ok) {  // a tree residual's mass met it
         name(r.fault, known.back().p_bad, known.back().q_bad);
@@ -1297,18 +1288,10 @@ class ShardedVerify {
     });
   }
 
-  /// The block phases (Block with draft rows, Traversal): the masses Z_i their walk may read.
-  /// A first walk records them (Rows::mass); gather_masses sums them. Every position of every
-  /// chain sends one, asked or not, so the bytes depend on the shape alone.
-  void block_phases(const Source& source) {
-    masses_.assign(nodes_.size(), {});
-    if (!has_q_) return;  // one-hot drafts: every Z_i in closed form
-    for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
-      PendingDraw ignored;
-      Rows rows = rows_for(&ignored);
-      rows.recording = true;
-      core::walk(rule_, layout_, source, randomness_, b, rows, nullptr);
-    }
+  /// The block phases' sums (Block with draft rows, Traversal): the masses Z_i their walks
+  /// recorded (Rows::mass), summed by gather_masses. Every position of every chain sends one,
+  /// asked or not, so the bytes depend on the shape alone.
+  void chain_mass_phases() {
     // Z_i's node: P_i's (i = 1 .. k - 1), its q row Q_i's.
     std::vector<std::pair<std::size_t, std::int64_t>> at;
     for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
@@ -1410,84 +1393,25 @@ class ShardedVerify {
     return rows;
   }
 
-  /// Walks every sequence over the merged summaries. A tree's walk may ask for the masses of what
-  /// is left of p after rejected siblings, one after another: each round sums the masses the walks
-  /// asked (one per sequence) and walks those sequences again, for as many rounds as the trees'
-  /// shapes allow masses on one path (tree_rounds), asked or not, so the calls are the shape's.
-  void walk_all(const Source& source, std::vector<float>& staged, const core::OutputRows& out) {
-    const std::int32_t B = batch_.batch_size;
-    const auto size = static_cast<std::size_t>(B);
-    known_.assign(size, {});
-    std::vector<char> done(size, 0), asked(size, 0);
-    std::vector<ResidualState> asks(size);
-    const std::int32_t rounds = tree_rounds();
-    for (std::int32_t round = 0;; ++round) {
-      for (std::int32_t b = 0; b < B; ++b) {
-        if (done[b]) continue;
-        pending_[b] = {};
-        Rows rows = rows_for(&pending_[b]);
-        if (kTree) {
-          rows.known = &known_[b];
-          rows.ask = &asks[b];
-        }
-        results_[b] = core::walk(rule_, layout_, source, randomness_, b, rows, stage(staged, out, b));
-        asked[b] = rows.asked;
-        if (rows.asked) continue;
-        done[b] = 1;
-        settle(b);
-      }
-      if (round == rounds) break;
-      const auto z = gather_masses(
-          size, [&](std::size_t b) { return asked[b] != 0; },
-          [&](std::size_t b, double scale, ChunkSums& sums) {
-            return with_state(asks[b], asks[b].x, [&](auto& pass) {
-              sum_chunks<Arch>(pass, pass, size_, scale, sums);
-              return pass.check();
-            });
-          },
-          [&](std::size_t b, MassSlice& s) {
-            const ResidualState& a = asks[b];
-            (a.p.draft ? s.q_bad : s.p_bad) = first_bad(a.p.draft ? q_row(a.p.slot) : p_row(a.p.slot), size_, start_);
-            if (a.has_q) s.q_bad = first_bad(q_row(a.q.slot), size_, start_);
+  /// A tree round's masses: the residuals the walks asked for (asks[b] where asked[b]), after
+  /// their rejected siblings, summed over the slices and appended to known_.
+  void asked_mass_phases(const std::vector<char>& asked, const std::vector<ResidualState>& asks) {
+    const std::size_t size = asked.size();
+    const auto z = gather_masses(
+        size, [&](std::size_t b) { return asked[b] != 0; },
+        [&](std::size_t b, double scale, ChunkSums& sums) {
+          return with_state(asks[b], asks[b].x, [&](auto& pass) {
+            sum_chunks<Arch>(pass, pass, size_, scale, sums);
+            return pass.check();
           });
-      for (std::size_t b = 0; b < size; ++b) {
-        if (asked[b]) known_[b].push_back(z[b]);
-      }
-    }
-    if (std::find(done.begin(), done.end(), 0) != done.end()) {
-      throw std::logic_error("specverify: a sharded tree walk asked for more masses than its shape allows");
-    }
-  }
-
-  /// The most masses one walk of a tree may ask for (0 for chains): on a path, each node's
-  /// rejected children but the last, and without replacement its q row's total at the first.
-  /// Traversal visits the whole tree: one mass per child absorbed, so every node's but the root's
-  /// last child's (the root passes without it).
-  std::int32_t tree_rounds() const {
-    if constexpr (kTree && traits::joint == Joint::traversal) {
-      std::int32_t most = 0;
-      for (std::int32_t b = 0; b < batch_.batch_size; ++b) most = std::max(most, layout_.count(b) - 1);
-      return most;
-    } else if constexpr (!kTree || traits::on_reject != Draw::residual) {
-      return 0;
-    } else {
-      const bool without = has_q_ && batch_.drafted == Drafted::sampled_without_replacement;
-      std::int32_t most = 0;
-      std::vector<std::int32_t> upto;
-      for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
-        const std::int32_t n = layout_.count(b);
-        std::vector<std::int32_t> children(static_cast<std::size_t>(n) + 1, 0);
-        for (std::int32_t i = 0; i < n; ++i) ++children[static_cast<std::size_t>(layout_.parent(b, i) + 1)];
-        upto.assign(static_cast<std::size_t>(n) + 1, 0);
-        for (std::int32_t node = -1; node < n; ++node) {
-          const std::int32_t k = children[static_cast<std::size_t>(node + 1)];
-          const std::int32_t own = k > 1 ? k - 1 + (without ? 1 : 0) : 0;
-          const std::int32_t above = node < 0 ? 0 : upto[static_cast<std::size_t>(layout_.parent(b, node) + 1)];
-          upto[static_cast<std::size_t>(node + 1)] = above + own;
-          most = std::max(most, above + own);
-        }
-      }
-      return most;
+        },
+        [&](std::size_t b, MassSlice& s) {
+          const ResidualState& a = asks[b];
+          (a.p.draft ? s.q_bad : s.p_bad) = first_bad(a.p.draft ? q_row(a.p.slot) : p_row(a.p.slot), size_, start_);
+          if (a.has_q) s.q_bad = first_bad(q_row(a.q.slot), size_, start_);
+        });
+    for (std::size_t b = 0; b < size; ++b) {
+      if (asked[b]) known_[b].push_back(z[b]);
     }
   }
 
@@ -1632,7 +1556,7 @@ class ShardedVerify {
 
   std::int32_t ranks() const { return std::max(1, batch_.shard.ranks); }
 
-  const Rule& rule_;
+  const RuleNeeds needs_;
   const Batch& batch_;
   const Randomness& randomness_;
   const Comm& comm_;
@@ -1651,6 +1575,167 @@ class ShardedVerify {
   Logits logits_;
   std::vector<float> p_buffer_, q_buffer_;  // rows of logits: a node's p and q over the slice
   std::int64_t p_buffered_ = -1, q_buffered_ = -1;  // the rows they hold
+};
+
+/// A sharded verify of one batch on one rank by one rule: ShardedPhases driven by the rule's
+/// checks and walks (the walks run over the merged summaries: core::walk with shard::Rows).
+template <class Arch, class Rule, class Comm, class Batch>
+class ShardedVerify : ShardedPhases<Arch, Comm, Batch> {
+  using Base = ShardedPhases<Arch, Comm, Batch>;
+  using traits = rule_traits<Rule>;
+  using Output = typename Base::Output;
+  using Logit = typename Base::Logit;
+  using Base::kLogits;
+  using Base::kTree;
+  static_assert(!kTree || !specverify::detail::has_cut<Rule>::value,
+                "a rule that cuts chains (SpecDecPP) decides chain lengths: it has no tree form");
+  static_assert(!kTree || traits::joint != Joint::block, "Block verification decides chains: it has no tree form");
+
+ public:
+  ShardedVerify(const Rule& rule, const Batch& batch, const Randomness& randomness, const Comm& comm)
+      : Base(RuleNeeds::of<Rule, kTree>(rule), batch, randomness, comm), rule_(rule) {}
+
+  /// Phase 1: every rank learns every slice, or every rank throws the lowest rank's finding.
+  void agree(const Output& out, const CpuOptions& options) {
+    Header h = this->header();
+    std::vector<std::int32_t> target_to_draft, bias_order;
+    try {
+      this->check_slice(h);
+      Batch whole = batch_;  // validated as the unsharded verify would see it
+      whole.shard = {};
+      whole.target_stride = 0;
+      // An empty slice's null rows say nothing of the draft rows the other ranks pass (its has_q
+      // is ignored below): Traversal and trees of sampled children, which need draft rows, leave
+      // their check to those ranks.
+      bool needs_q = traits::joint == Joint::traversal;
+      if constexpr (kTree) needs_q = needs_q || batch_.drafted != Drafted::deterministic;
+      const bool draft_rows_unknown = h.size == 0 && !h.has_q && needs_q;
+      if constexpr (kLogits) {
+        static const Logit placeholder{};  // validation reads no row; an empty slice may pass null
+        if (!this->whole_drafts()) whole.draft_stride = 0;
+        whole.unconditional_stride = 0;
+        if (!whole.target_logits) whole.target_logits = &placeholder;
+        if (draft_rows_unknown) whole.draft_logits = &placeholder;
+        core::validate_logits(rule_, whole, randomness_, out, target_to_draft, bias_order);
+      } else {
+        static const float placeholder = 0.0f;
+        whole.draft_stride = 0;
+        if (!whole.target_probs) whole.target_probs = &placeholder;
+        if (draft_rows_unknown) whole.draft_probs = &placeholder;
+        core::validate(rule_, whole, randomness_, out);
+      }
+      core::check_positions<Rule>(randomness_);
+      detail::check_options(options);
+      Digest rule_digest;
+      digest_rule(rule_digest, rule_, batch_.batch_size > 0 ? layout_.offsets[batch_.batch_size] : 0);
+      this->digest(out, rule_digest.value(), h.digest);
+    } catch (const invalid_input& e) {
+      Base::fail(h, e);
+    }
+    this->exchange(h, std::move(target_to_draft), std::move(bias_order));
+  }
+
+  VerifyStats run(const Output& output) {
+    const core::OutputRows out = core::OutputRows::of(output);
+    std::vector<float> staged;
+    this->summary_phases(staged, out);
+    Source source{has_q_, this->known_max(), kTree};
+    if (this->needs_.chain_masses) block_phases(source);
+    walk_all(source, staged, out);
+    this->draw_phases(staged, out);
+    return this->report(staged, out);
+  }
+
+ private:
+  using Base::batch_;
+  using Base::has_q_;
+  using Base::known_;
+  using Base::layout_;
+  using Base::pending_;
+  using Base::randomness_;
+  using Base::results_;
+
+  /// The block phases (Block with draft rows, Traversal): a first walk records the masses Z_i
+  /// its walk may read (Rows::mass); chain_mass_phases sums them.
+  void block_phases(const Source& source) {
+    this->masses_.assign(this->nodes_.size(), {});
+    if (!has_q_) return;  // one-hot drafts: every Z_i in closed form
+    for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
+      PendingDraw ignored;
+      Rows rows = this->rows_for(&ignored);
+      rows.recording = true;
+      core::walk(rule_, layout_, source, randomness_, b, rows, nullptr);
+    }
+    this->chain_mass_phases();
+  }
+
+  /// Walks every sequence over the merged summaries. A tree's walk may ask for the masses of what
+  /// is left of p after rejected siblings, one after another: each round sums the masses the walks
+  /// asked (one per sequence) and walks those sequences again, for as many rounds as the trees'
+  /// shapes allow masses on one path (tree_rounds), asked or not, so the calls are the shape's.
+  void walk_all(const Source& source, std::vector<float>& staged, const core::OutputRows& out) {
+    const std::int32_t B = batch_.batch_size;
+    const auto size = static_cast<std::size_t>(B);
+    known_.assign(size, {});
+    std::vector<char> done(size, 0), asked(size, 0);
+    std::vector<ResidualState> asks(size);
+    const std::int32_t rounds = tree_rounds();
+    for (std::int32_t round = 0;; ++round) {
+      for (std::int32_t b = 0; b < B; ++b) {
+        if (done[b]) continue;
+        pending_[b] = {};
+        Rows rows = this->rows_for(&pending_[b]);
+        if (kTree) {
+          rows.known = &known_[b];
+          rows.ask = &asks[b];
+        }
+        results_[b] = core::walk(rule_, layout_, source, randomness_, b, rows, Base::stage(staged, out, b));
+        asked[b] = rows.asked;
+        if (rows.asked) continue;
+        done[b] = 1;
+        this->settle(b, traits::cut(rule_, layout_.first(b), layout_.count(b)));
+      }
+      if (round == rounds) break;
+      this->asked_mass_phases(asked, asks);
+    }
+    if (std::find(done.begin(), done.end(), 0) != done.end()) {
+      throw std::logic_error("specverify: a sharded tree walk asked for more masses than its shape allows");
+    }
+  }
+
+  /// The most masses one walk of a tree may ask for (0 for chains): on a path, each node's
+  /// rejected children but the last, and without replacement its q row's total at the first.
+  /// Traversal visits the whole tree: one mass per child absorbed, so every node's but the root's
+  /// last child's (the root passes without it).
+  std::int32_t tree_rounds() const {
+    if constexpr (kTree && traits::joint == Joint::traversal) {
+      std::int32_t most = 0;
+      for (std::int32_t b = 0; b < batch_.batch_size; ++b) most = std::max(most, layout_.count(b) - 1);
+      return most;
+    } else if constexpr (!kTree || traits::on_reject != Draw::residual) {
+      return 0;
+    } else {
+      const bool without = has_q_ && batch_.drafted == Drafted::sampled_without_replacement;
+      std::int32_t most = 0;
+      std::vector<std::int32_t> upto;
+      for (std::int32_t b = 0; b < batch_.batch_size; ++b) {
+        const std::int32_t n = layout_.count(b);
+        std::vector<std::int32_t> children(static_cast<std::size_t>(n) + 1, 0);
+        for (std::int32_t i = 0; i < n; ++i) ++children[static_cast<std::size_t>(layout_.parent(b, i) + 1)];
+        upto.assign(static_cast<std::size_t>(n) + 1, 0);
+        for (std::int32_t node = -1; node < n; ++node) {
+          const std::int32_t k = children[static_cast<std::size_t>(node + 1)];
+          const std::int32_t own = k > 1 ? k - 1 + (without ? 1 : 0) : 0;
+          const std::int32_t above = node < 0 ? 0 : upto[static_cast<std::size_t>(layout_.parent(b, node) + 1)];
+          upto[static_cast<std::size_t>(node + 1)] = above + own;
+          most = std::max(most, above + own);
+        }
+      }
+      return most;
+    }
+  }
+
+  const Rule& rule_;
 };
 
 }  // namespace cpu::shard
