@@ -1,0 +1,10 @@
+// The compiled library's verify() for the built-in rules over chains and trees of bfloat16 logits
+// (compiled.hpp). Chains and trees of one row type share its row kernels, which one translation
+// unit compiles once (docs/performance.md "Build time").
+#define SPECVERIFY_INSTANCE
+#include "specverify/compiled.hpp"
+
+namespace specverify {
+SPECVERIFY_INSTANCE_CHAIN_RULES(SPECVERIFY_VERIFY, LogitsChainBatch<bfloat16>, ChainOutput)
+SPECVERIFY_INSTANCE_TREE_RULES(SPECVERIFY_VERIFY, LogitsTreeBatch<bfloat16>, TreeOutput)
+}  // namespace specverify
